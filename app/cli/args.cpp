@@ -1,0 +1,94 @@
+#include "args.h"
+
+#include <sstream>
+
+namespace trimkv::cli {
+
+Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv,
+           int first)
+    : m_command(command) {
+  for (int i = first; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg.rfind("--", 0) != 0)
+      throw UsageError("unexpected argument '" + arg + "' for 'trimkv " + command + "'");
+    std::string name = arg.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    const OptionSpec* spec = nullptr;
+    for (const auto& s : specs)
+      if (s.name == name) spec = &s;
+    if (!spec) throw UsageError("unknown option '--" + name + "' for 'trimkv " + command + "' (see --help)");
+    if (spec->value_name.empty()) {
+      if (inline_value) throw UsageError("option '--" + name + "' takes no value");
+      m_values[name].push_back("");
+      continue;
+    }
+    if (!inline_value) {
+      if (i + 1 >= argc) throw UsageError("option '--" + name + "' needs a value <" + spec->value_name + ">");
+      value = argv[++i];
+    }
+    if (!spec->repeatable && m_values.count(name))
+      throw UsageError("option '--" + name + "' given more than once");
+    m_values[name].push_back(value);
+  }
+}
+
+std::string Args::get(const std::string& name, const std::string& fallback) const {
+  auto it = m_values.find(name);
+  return it == m_values.end() ? fallback : it->second.back();
+}
+
+std::string Args::require(const std::string& name) const {
+  if (!has(name)) throw UsageError("'trimkv " + m_command + "' needs --" + name);
+  return get(name);
+}
+
+std::vector<std::string> Args::all(const std::string& name) const {
+  auto it = m_values.find(name);
+  return it == m_values.end() ? std::vector<std::string>{} : it->second;
+}
+
+int Args::get_int(const std::string& name, int fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = get(name);
+  try {
+    size_t used = 0;
+    long x = std::stol(v, &used);
+    if (used != v.size() || x < INT32_MIN || x > INT32_MAX) throw std::invalid_argument(v);
+    return static_cast<int>(x);
+  } catch (const std::exception&) {
+    throw UsageError("option '--" + name + "' needs an integer, got '" + v + "'");
+  }
+}
+
+double Args::get_double(const std::string& name, double fallback) const {
+  if (!has(name)) return fallback;
+  const std::string v = get(name);
+  try {
+    size_t used = 0;
+    double x = std::stod(v, &used);
+    if (used != v.size()) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    throw UsageError("option '--" + name + "' needs a number, got '" + v + "'");
+  }
+}
+
+std::string Args::usage(const std::string& command, const std::string& summary,
+                        const std::vector<OptionSpec>& specs) {
+  std::ostringstream os;
+  os << "usage: trimkv " << command << " [options]\n\n" << summary << "\n\noptions:\n";
+  for (const auto& s : specs) {
+    std::string left = "  --" + s.name + (s.value_name.empty() ? "" : " <" + s.value_name + ">");
+    os << left;
+    os << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ') << s.help
+       << (s.repeatable ? " (repeatable)" : "") << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace trimkv::cli

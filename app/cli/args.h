@@ -1,0 +1,44 @@
+// Minimal command-line option parsing for the `trimkv` subcommands: declared options only,
+// --name value or --name=value, flags, repeatable options; errors name the option.
+#pragma once
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trimkv::cli {
+
+struct OptionSpec {
+  std::string name;  // without leading dashes
+  std::string value_name;  // empty for a flag
+  std::string help;
+  bool repeatable = false;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Args {
+ public:
+  // Throws UsageError for an unknown option or a missing value.
+  Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv, int first);
+
+  bool has(const std::string& name) const { return m_values.count(name) != 0; }
+  std::string get(const std::string& name, const std::string& fallback = "") const;
+  std::string require(const std::string& name) const;
+  std::vector<std::string> all(const std::string& name) const;
+  int get_int(const std::string& name, int fallback) const;
+  double get_double(const std::string& name, double fallback) const;
+  bool flag(const std::string& name) const { return has(name); }
+
+  static std::string usage(const std::string& command, const std::string& summary,
+                           const std::vector<OptionSpec>& specs);
+
+ private:
+  std::string m_command;
+  std::map<std::string, std::vector<std::string>> m_values;
+};
+
+}  // namespace trimkv::cli

@@ -1,0 +1,120 @@
+#include <csignal>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "trimkv/core/engine.h"
+
+namespace trimkv::cli {
+
+namespace {
+
+std::atomic<bool> g_cancel{false};
+extern "C" void on_sigint(int) { g_cancel.store(true); }
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long v = 0;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
+      throw UsageError("--prompt-ids: '" + item + "' is not a token id (expected e.g. 1,2,3)");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) throw UsageError("--prompt-ids is empty");
+  return ids;
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv, int first) {
+  const std::vector<OptionSpec> specs = {
+      {"model", "DIR", "checkpoint folder"},
+      {"prompt", "T", "prompt text (tokenized with the model's tokenizer)"},
+      {"prompt-ids", "1,2,3", "prompt as comma-separated token ids"},
+      {"max-new-tokens", "N", "tokens to generate at most (default 64)"},
+      {"temperature", "T", "sampling temperature; 0 = greedy (default 0)"},
+      {"top-k", "K", "keep the K most likely tokens (0 = off)"},
+      {"top-p", "P", "nucleus sampling mass (1 = off)"},
+      {"repetition-penalty", "R", "penalise tokens already present (1 = off)"},
+      {"seed", "S", "random seed for sampling (default 0)"},
+      {"stop", "STRING", "stop when the text contains STRING", true},
+      {"ignore-eos", "", "keep generating after the end-of-sequence token"},
+      {"threads", "N", "CPU threads (default: all cores)"},
+      {"prefill-chunk", "N", "tokens per prefill forward (default 256)"},
+      {"json", "", "print one JSON object instead of streaming text"},
+      {"help", "", "show this help"},
+  };
+  Args args("generate", specs, argc, argv, first);
+  if (args.flag("help")) {
+    std::cout << Args::usage("generate", "Generate a continuation of a prompt.", specs);
+    return 0;
+  }
+  const std::string model = args.require("model");
+  if (args.has("prompt") == args.has("prompt-ids"))
+    throw UsageError("give exactly one of --prompt and --prompt-ids");
+  GenerationParams params;
+  params.max_new_tokens = args.get_int("max-new-tokens", 64);
+  params.sampling.temperature = static_cast<float>(args.get_double("temperature", 0.0));
+  params.sampling.top_k = args.get_int("top-k", 0);
+  params.sampling.top_p = static_cast<float>(args.get_double("top-p", 1.0));
+  params.sampling.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
+  params.sampling.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  params.stop_strings = args.all("stop");
+  params.stop_at_eos = !args.flag("ignore-eos");
+  validate(params.sampling);  // before the (slow) model load
+  if (params.max_new_tokens < 0) throw UsageError("--max-new-tokens must be >= 0");
+  std::vector<int32_t> prompt_ids;
+  if (args.has("prompt-ids")) prompt_ids = parse_ids(args.get("prompt-ids"));
+
+  EngineOptions options;
+  options.threads = args.get_int("threads", 0);
+  options.prefill_chunk = args.get_int("prefill-chunk", 256);
+  auto engine = Engine::load(model, options);
+  if (args.has("prompt")) prompt_ids = engine->tokenize(args.get("prompt"));
+  if (prompt_ids.empty()) throw UsageError("the prompt is empty after tokenization");
+
+  const bool json = args.flag("json");
+  g_cancel.store(false);
+  std::signal(SIGINT, on_sigint);
+  TextCallback stream;
+  if (!json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
+  const GenerationResult r = engine->generate(prompt_ids, params, stream, &g_cancel);
+  std::signal(SIGINT, SIG_DFL);
+
+  const double prefill_tps = r.prefill_ms > 0 ? r.prompt_tokens * 1000.0 / r.prefill_ms : 0;
+  const int64_t steps = r.tokens.empty() ? 0 : static_cast<int64_t>(r.tokens.size()) - 1;
+  const double decode_tps = r.decode_ms > 0 && steps > 0 ? steps * 1000.0 / r.decode_ms : 0;
+  if (json) {
+    nlohmann::json j = {{"tokens", r.tokens},
+                        {"text", r.text},
+                        {"prompt_tokens", r.prompt_tokens},
+                        {"generated_tokens", r.tokens.size()},
+                        {"stop_reason", r.stop_reason},
+                        {"kv_entries", r.kv_entries},
+                        {"kv_bytes", r.kv_bytes},
+                        {"prefill_ms", r.prefill_ms},
+                        {"decode_ms", r.decode_ms},
+                        {"prefill_tokens_per_s", prefill_tps},
+                        {"decode_tokens_per_s", decode_tps}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << "\n";
+    std::cerr << "[" << r.prompt_tokens << " prompt tokens, " << r.tokens.size()
+              << " generated, stop: " << r.stop_reason << ", prefill " << prefill_tps
+              << " tok/s, decode " << decode_tps << " tok/s, KV " << r.kv_entries << " entries / "
+              << r.kv_bytes / 1024.0 << " KiB]\n";
+  }
+  return r.stop_reason == "cancelled" ? 130 : 0;
+}
+
+}  // namespace trimkv::cli

@@ -1,0 +1,11 @@
+// The `trimkv` subcommands. Each parses its own options (argv[first..]) and returns an exit code;
+// errors propagate as exceptions to main(), which prints them.
+#pragma once
+
+namespace trimkv::cli {
+
+int cmd_info(int argc, char** argv, int first);
+int cmd_tokenize(int argc, char** argv, int first);
+int cmd_generate(int argc, char** argv, int first);
+
+}  // namespace trimkv::cli

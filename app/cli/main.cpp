@@ -1,0 +1,50 @@
+// `trimkv`: the command-line face of TrimKV Studio. Errors become one message on stderr and a
+// non-zero exit code (2: usage, 1: everything else); nothing aborts on user input.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "trimkv/core/error.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: trimkv <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  info       describe a checkpoint folder (architecture, sizes, dtype)\n"
+    "  tokenize   print the token ids of a text as JSON\n"
+    "  generate   generate a continuation of a prompt\n"
+    "\n"
+    "Run 'trimkv <command> --help' for the options of a command.\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace trimkv::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  try {
+    if (command == "info") return cmd_info(argc, argv, 2);
+    if (command == "tokenize") return cmd_tokenize(argc, argv, 2);
+    if (command == "generate") return cmd_generate(argc, argv, 2);
+    std::cerr << "trimkv: unknown command '" << command << "'\n\n" << kUsage;
+    return 2;
+  } catch (const UsageError& e) {
+    std::cerr << "trimkv " << command << ": " << e.what() << "\n";
+    return 2;
+  } catch (const trimkv::Error& e) {
+    std::cerr << "trimkv " << command << ": error (" << trimkv::error_kind_name(e.kind())
+              << "): " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "trimkv " << command << ": error: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,63 @@
+// The narrow public API that app/ (CLI, GUI) uses (STYLE.md §1): plain value types in and out,
+// no LibTorch header. An Engine owns a loaded model; each generate() call runs on a fresh KV
+// cache (multi-turn conversations are the Session's job).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/generation_types.h"
+
+namespace trimkv {
+
+struct ModelInfo {
+  std::string dir;
+  std::string architecture;   // config "architectures"[0]
+  std::string model_type;     // of the text decoder
+  std::string family;         // our family file that runs it
+  std::string family_description;
+  std::string weight_dtype;   // as stored: F32, F16, BF16
+  int64_t weight_bytes = 0;
+  int64_t parameters = 0;
+  int64_t n_layer = 0, hidden_size = 0, intermediate_size = 0, n_head = 0, n_kv_head = 0,
+          head_dim = 0, vocab_size = 0, max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  std::string rope_type;
+  double rope_theta = 0;
+  bool has_tokenizer = false;
+  int64_t tokenizer_vocab_size = 0;
+  std::vector<int32_t> eos_token_ids;
+  int64_t kv_bytes_per_token = 0;  // K and V of one token over all layers and KV heads (float32)
+};
+
+struct EngineOptions {
+  int threads = 0;          // 0 = leave the library default
+  int prefill_chunk = 256;  // tokens per prefill forward
+  int block_size = 16;      // KV entries per cache block
+};
+
+class Engine {
+ public:
+  // Loads a checkpoint folder. Throws trimkv::Error naming the folder / file / field / tensor.
+  static std::unique_ptr<Engine> load(const std::string& dir, const EngineOptions& options = {});
+  ~Engine();
+
+  ModelInfo info() const;
+  bool has_tokenizer() const;
+  // Error{Input} when the model has no tokenizer.
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens = true) const;
+  std::string detokenize(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  GenerationResult generate(const std::vector<int32_t>& prompt, const GenerationParams& params,
+                            const TextCallback& on_text = {},
+                            const std::atomic<bool>* cancel = nullptr);
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace trimkv

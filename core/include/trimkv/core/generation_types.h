@@ -1,0 +1,34 @@
+// Plain value types of generation (no tensors): what the CLI and GUI pass in and get back.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/sampling.h"
+
+namespace trimkv {
+
+struct GenerationParams {
+  int max_new_tokens = 128;
+  SamplingParams sampling;
+  std::vector<std::string> stop_strings;  // generation stops when the text contains one
+  bool stop_at_eos = true;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated ids (the stop token included when EOS stopped it)
+  std::string text;             // decoded text without special tokens, cut before a stop string
+  std::string stop_reason;      // eos | stop_string | max_tokens | context_full | cancelled
+  int64_t prompt_tokens = 0;
+  double prefill_ms = 0;        // prompt prefill up to the first token's logits
+  double decode_ms = 0;         // every decode step after that
+  int64_t kv_entries = 0;       // entries held by the cache at the end
+  int64_t kv_bytes = 0;         // bytes of K and V held at the end
+};
+
+// Streaming: `on_text` receives pieces of the final text as they become certain (never half a
+// UTF-8 character, never part of a stop string); their concatenation equals result.text.
+using TextCallback = std::function<void(const std::string& piece)>;
+
+}  // namespace trimkv

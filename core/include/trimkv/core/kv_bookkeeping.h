@@ -1,0 +1,90 @@
+// KV-cache bookkeeping without tensors (STYLE.md §4): the block pool, per (layer, KV head) stream
+// a block table, per-entry metadata in cache order, and the sequence's token stream. KvCache puts
+// tensor storage behind it; everything here is unit-tested on its own.
+//
+// Layout: stream (il, h) holds length(il, h) entries; entry e lives in slot
+//   block_table(il, h)[e / block_size] * block_size + e % block_size
+// of the shared pool, i.e. row e % block_size of that block. Each stream owns exactly
+// ceil(length / block_size) blocks, and every used block belongs to exactly one stream.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "trimkv/core/block_pool.h"
+#include "trimkv/core/eviction_plan.h"
+#include "trimkv/core/kv_types.h"
+
+namespace trimkv {
+
+// One row copy for compaction: the storage must copy slot src_slot to dst_slot.
+struct SlotMove {
+  int32_t src_slot = 0;
+  int32_t dst_slot = 0;
+};
+
+struct ApplyResult {
+  // In the order given, dst_slot <= src_slot within a stream and no move reads a slot an earlier
+  // move wrote, so executing them one by one in place is safe (so is gather-then-scatter).
+  std::vector<SlotMove> moves;
+  int64_t n_evicted = 0;        // entries dropped
+  int32_t n_blocks_freed = 0;   // tail blocks returned to the pool
+};
+
+class KvBookkeeping {
+ public:
+  // initial_blocks pre-sizes the pool (it grows on demand regardless).
+  explicit KvBookkeeping(const KvGeometry& geometry, int32_t initial_blocks = 0);
+
+  const KvGeometry& geometry() const { return m_geometry; }
+
+  // --- token stream -------------------------------------------------------------------------
+  // Records tokens of the sequence; tokens[0].token_index must equal n_tokens() and the indices
+  // must be consecutive.
+  void register_tokens(const std::vector<TokenInfo>& tokens);
+  int32_t n_tokens() const { return static_cast<int32_t>(m_tokens.size()); }
+  const TokenInfo& token(int32_t token_index) const;  // checked
+  const std::vector<TokenInfo>& tokens() const { return m_tokens; }
+
+  // --- mutation -----------------------------------------------------------------------------
+  // Appends n = token_indices.size() entries to every KV head of layer il. log_beta is
+  // [n, n_kv_head] row-major (value of token t, head h at t * n_kv_head + h) or empty (all 0:
+  // never forget); values must be <= 0 and not NaN. Returns the slot of each new entry in the
+  // same [n, n_kv_head] layout. Allocates blocks as needed (the pool may grow).
+  std::vector<int32_t> append(int il, const std::vector<int32_t>& token_indices,
+                              const std::vector<float>& log_beta = {});
+  // Keeps exactly the entries the plan lists, compacting each head to the front of its blocks in
+  // the listed order, and returns the tail blocks to the pool so each head keeps exactly
+  // ceil(kept / block_size) blocks. The plan is validated first (nothing changes on error).
+  ApplyResult apply(const EvictionPlan& plan);
+  // Drops every entry and token and returns every block to the pool (capacity is kept).
+  void clear();
+
+  // --- queries ------------------------------------------------------------------------------
+  int32_t length(int il, int h) const { return static_cast<int32_t>(stream(il, h).entries.size()); }
+  const std::vector<EntryMeta>& entries(int il, int h) const { return stream(il, h).entries; }
+  const std::vector<int32_t>& block_table(int il, int h) const { return stream(il, h).blocks; }
+  int32_t slot(int il, int h, int32_t entry) const;  // checked
+  int64_t total_entries() const { return m_total_entries; }
+  int32_t n_blocks_used() const { return m_pool.n_used(); }
+  const BlockPool& pool() const { return m_pool; }
+
+  // Verifies every invariant (see the header comment); throws ErrorKind::Internal naming the
+  // first violation. O(capacity + entries): for tests and debug builds.
+  void check_invariants() const;
+
+ private:
+  struct Stream {
+    std::vector<int32_t> blocks;     // [ceil(len / block_size)] block ids
+    std::vector<EntryMeta> entries;  // [len] in cache order
+  };
+  Stream& stream(int il, int h);
+  const Stream& stream(int il, int h) const;
+
+  KvGeometry m_geometry;
+  BlockPool m_pool;
+  std::vector<Stream> m_streams;  // [n_layer * n_kv_head], index il * n_kv_head + h
+  std::vector<TokenInfo> m_tokens;  // [n_tokens], token_index -> info
+  int64_t m_total_entries = 0;
+};
+
+}  // namespace trimkv

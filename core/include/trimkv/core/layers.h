@@ -1,0 +1,35 @@
+// Shared building blocks of the text decoders (MODELS.md "Shared text decoder"), written once
+// and composed by the family files. All float32; all usable under autograd (dense path) and in
+// the cached path.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include "trimkv/core/model_config.h"
+
+namespace trimkv {
+
+// x * rsqrt(mean(x^2) + eps) * weight, computed in float32.   x: [..., d], weight: [d]
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+
+// Rotary tables for the given positions: cos, sin each [n, head_dim] (the rotate-half layout,
+// halves duplicated). positions: [n] int64.
+struct RopeTables {
+  at::Tensor cos;  // [n, head_dim]
+  at::Tensor sin;  // [n, head_dim]
+};
+RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tensor& positions);
+
+// x: [n, n_heads, head_dim]; returns x*cos + rotate_half(x)*sin (rotate-half convention).
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t);
+
+// SiLU-gated MLP with fused gate/up weight: w_gate_up [2*ffn, d], w_down [d, ffn].   x: [n, d]
+at::Tensor gated_mlp(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down);
+
+// Dense causal attention for the training / reference path.
+// q: [n, n_head, hd], k, v: [n, n_kv_head, hd] -> [n, n_head * hd].
+// `logit_bias` (optional) [n_kv_head, n, n] is added to the attention logits of every query head
+// of the group (used by retention-gated attention in training).
+at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale, const at::Tensor& logit_bias = {});
+
+}  // namespace trimkv

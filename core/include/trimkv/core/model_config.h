@@ -1,0 +1,48 @@
+// Text-decoder hyper-parameters read from a checkpoint's config.json. Accepts flat configs
+// (text fields top-level) and nested ones (`text_config`), and rope settings given as
+// `rope_scaling` + `rope_theta` (transformers v4) or `rope_parameters` (v5).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trimkv {
+
+struct RopeConfig {
+  std::string type = "default";  // default | linear | llama3
+  double theta = 10000.0;
+  double factor = 1.0;                       // linear, llama3
+  double low_freq_factor = 1.0;              // llama3
+  double high_freq_factor = 4.0;             // llama3
+  int64_t original_max_position = 8192;      // llama3
+};
+
+struct TextConfig {
+  std::string model_type;    // of the text decoder: llama, qwen2, qwen3
+  std::string architecture;  // first entry of "architectures", for reports
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_kv_head = 0;
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  int64_t max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // llama's optional q/k/v/o bias flag
+  std::string hidden_act = "silu";
+  RopeConfig rope;
+  std::vector<int32_t> eos_token_ids;
+  int32_t bos_token_id = -1;
+  std::string torch_dtype;
+};
+
+// Parses `config_path` (a config.json). Errors name the file and the field.
+TextConfig load_text_config(const std::string& config_path);
+
+// Reads eos ids from generation_config.json next to config.json when present (they override the
+// config's). Returns false when the file is absent.
+bool merge_generation_config(const std::string& path, TextConfig& cfg);
+
+}  // namespace trimkv

@@ -1,0 +1,92 @@
+// The text decoder shared by every family: weights bound from a TextFamily table, and two paths
+// over the same weights:
+//  - forward_dense: full causal attention over the given sequence, plain ATen ops, usable under
+//    autograd (gate training, reference);
+//  - forward_cached: appends the new tokens' K/V to a paged KvCache and attends over it
+//    (inference: chunked prefill onto an existing cache, decode).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/layers.h"
+#include "trimkv/core/model_config.h"
+#include "trimkv/core/text_family.h"
+
+namespace trimkv {
+
+class KvCache;
+class WeightStore;
+
+struct DecoderLayerWeights {
+  at::Tensor attn_norm;  // [d]
+  at::Tensor w_qkv;      // [(n_head + 2*n_kv_head) * head_dim, d]  (q, k, v projections fused)
+  at::Tensor b_qkv;      // [(n_head + 2*n_kv_head) * head_dim] or undefined
+  at::Tensor w_o;        // [d, n_head * head_dim]
+  at::Tensor b_o;        // [d] or undefined
+  at::Tensor q_norm;     // [head_dim] or undefined (Qwen3)
+  at::Tensor k_norm;     // [head_dim] or undefined (Qwen3)
+  at::Tensor mlp_norm;   // [d]
+  at::Tensor w_gate_up;  // [2 * ffn, d]  (gate and up projections fused)
+  at::Tensor w_down;     // [d, ffn]
+};
+
+struct DecoderWeights {
+  at::Tensor embed;       // [vocab, d]
+  std::vector<DecoderLayerWeights> layers;
+  at::Tensor final_norm;  // [d]
+  at::Tensor lm_head;     // [vocab, d] (the embedding itself when tied)
+};
+
+// Scores new KV entries when they are created (the retention gate's hook). Given the layer's
+// post-norm hidden state of the new tokens, returns log β for each KV head.
+class EntryScorer {
+ public:
+  virtual ~EntryScorer() = default;
+  // x_norm: [n, d] -> [n, n_kv_head], values <= 0.
+  virtual at::Tensor log_beta(int64_t il, const at::Tensor& x_norm) const = 0;
+};
+
+class TextDecoder {
+ public:
+  // Binds every tensor of `family` from `weights` (legacy and new name schemes accepted), checking
+  // shapes against `cfg`. Errors name the tensor and file.
+  static std::shared_ptr<TextDecoder> load(const TextConfig& cfg, const TextFamily& family,
+                                           const WeightStore& weights);
+  TextDecoder(TextConfig cfg, const TextFamily& family, DecoderWeights weights);
+
+  const TextConfig& config() const { return m_cfg; }
+  const TextFamily& family() const { return *m_family; }
+  const DecoderWeights& weights() const { return m_w; }
+  int64_t parameter_count() const;
+
+  at::Tensor embed(const at::Tensor& ids /* [n] int64 */) const;  // -> [n, d]
+
+  // Dense path. x: [n, d] input embeddings, positions: [n] int64 rope positions.
+  // Returns the final-normed hidden states [n, d]. `logit_bias` per layer (optional): [n_kv, n, n]
+  // added to the attention logits (retention-gated attention).
+  at::Tensor forward_dense(const at::Tensor& x, const at::Tensor& positions,
+                           const std::vector<at::Tensor>& logit_bias = {}) const;
+
+  // Cached path: x [n, d], positions [n] (rope), token_indices [n] (sequential stream indices,
+  // already registered in the cache). Appends each layer's K/V (and log β from `scorer`, if any)
+  // then attends over the cache. Returns final-normed hidden states [n, d].
+  at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& positions,
+                            const std::vector<int32_t>& token_indices, KvCache& cache,
+                            const EntryScorer* scorer = nullptr) const;
+
+  at::Tensor logits(const at::Tensor& hidden /* [n, d] */) const;  // -> [n, vocab]
+
+ private:
+  // q, k, v of one layer, normed (Qwen3) and rotated. x_norm: [n, d].
+  void project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x_norm, const RopeTables& rope,
+                   at::Tensor& q, at::Tensor& k, at::Tensor& v) const;
+
+  TextConfig m_cfg;
+  const TextFamily* m_family;
+  DecoderWeights m_w;
+};
+
+}  // namespace trimkv

@@ -1,0 +1,42 @@
+// A text-decoder family as a declarative table (STYLE.md §2): which per-layer tensors exist,
+// under which names, and whether they are required. The shapes follow from the config and the
+// tensor's role; binding, fusing and the forward are shared (text_decoder.cpp). One family per
+// file in core/src/families/.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "trimkv/core/model_config.h"
+
+namespace trimkv {
+
+enum class LayerTensor {
+  attn_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, mlp_norm, gate, up, down
+};
+
+enum class Need { Required, Optional };
+
+struct LayerTensorSpec {
+  LayerTensor role;
+  const char* name;  // relative to "layers.{il}."
+  Need need;
+};
+
+struct TextFamily {
+  const char* name;                      // e.g. "llama"
+  std::vector<std::string> model_types;  // config model_type values it serves
+  std::vector<LayerTensorSpec> layer_tensors;
+  const char* description;               // one line for `trimkv info`
+};
+
+// The registry. find_text_family throws Error{Unsupported} naming the model_type, the config
+// file and every supported type.
+const TextFamily& find_text_family(const std::string& model_type, const std::string& config_path);
+std::vector<std::string> supported_text_model_types();
+
+// Each family file defines one of these.
+const TextFamily& llama_family();
+const TextFamily& qwen2_family();
+const TextFamily& qwen3_family();
+
+}  // namespace trimkv

@@ -1,0 +1,51 @@
+// WeightStore: the tensors of a checkpoint folder, single-file (model.safetensors) or sharded
+// (model.safetensors.index.json + shards). Files stay memory-mapped; tensors are converted to
+// float32 on request. Lookups that fail name the folder and every alias that was tried.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/safetensors.h"
+
+namespace trimkv {
+
+class WeightStore {
+ public:
+  // Opens `dir`: reads the index if present (every shard it names must exist and hold the tensors
+  // the index says), else model.safetensors. Throws Error{Io} when neither exists.
+  static WeightStore open_folder(const std::string& dir);
+  // Opens a single .safetensors file.
+  static WeightStore open_file(const std::string& path);
+
+  bool contains(const std::string& name) const;
+  const TensorInfo* find(const std::string& name) const;  // nullptr if absent
+  // The first of `aliases` that exists, or nullptr.
+  const TensorInfo* find_any(const std::vector<std::string>& aliases) const;
+
+  // float32 copy of a tensor, checked against `shape` (empty = any). Error{Shape} names the
+  // tensor, its file, and both shapes; Error{Config} when no alias exists.
+  at::Tensor load(const std::vector<std::string>& aliases, const std::vector<int64_t>& shape) const;
+
+  std::vector<std::string> names() const;
+  const std::string& source() const { return m_source; }
+  // The dtype of most tensors (what `trimkv info` reports).
+  DType dominant_dtype() const;
+  size_t total_bytes() const;
+
+ private:
+  std::string m_source;  // folder or file, for messages
+  std::vector<std::shared_ptr<SafetensorsFile>> m_files;
+  std::map<std::string, const TensorInfo*> m_index;  // name -> info inside m_files
+};
+
+// float32 copy of one tensor's data (F32, F16, BF16 supported; other dtypes -> Error{Unsupported}).
+at::Tensor tensor_to_float(const TensorInfo& info);
+
+std::string shape_to_string(const std::vector<int64_t>& shape);
+
+}  // namespace trimkv

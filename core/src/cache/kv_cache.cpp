@@ -1,0 +1,149 @@
+#include "trimkv/core/kv_cache.h"
+
+#include <ATen/ATen.h>
+
+#include "trimkv/core/error.h"
+
+namespace trimkv {
+
+namespace {
+
+at::Tensor slots_to_index(const std::vector<int32_t>& slots, const at::Device& device) {
+  std::vector<int64_t> idx(slots.begin(), slots.end());
+  return at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(device);  // [n]
+}
+
+}  // namespace
+
+KvCache::KvCache(const KvGeometry& geometry, at::TensorOptions options, int32_t initial_blocks)
+    : m_book(geometry, initial_blocks), m_options(options) {
+  m_k = at::zeros({0, geometry.block_size, geometry.head_dim}, m_options);
+  m_v = at::zeros({0, geometry.block_size, geometry.head_dim}, m_options);
+  grow_storage();
+  refresh_views();
+}
+
+void KvCache::grow_storage() {
+  const int64_t cap = m_book.pool().capacity();
+  const int64_t old = m_k.size(0);
+  if (cap <= old) return;
+  const KvGeometry& g = geometry();
+  at::Tensor k = at::zeros({cap, g.block_size, g.head_dim}, m_options);
+  at::Tensor v = at::zeros({cap, g.block_size, g.head_dim}, m_options);
+  if (old > 0) {
+    k.narrow(0, 0, old).copy_(m_k);
+    v.narrow(0, 0, old).copy_(m_v);
+  }
+  m_k = k;
+  m_v = v;
+}
+
+void KvCache::refresh_views() {
+  const KvGeometry& g = geometry();
+  m_view_tables.resize(static_cast<size_t>(g.n_streams()));
+  m_view_lengths.resize(static_cast<size_t>(g.n_streams()));
+  for (int il = 0; il < g.n_layer; ++il) {
+    for (int h = 0; h < g.n_kv_head; ++h) {
+      const size_t s = static_cast<size_t>(il * g.n_kv_head + h);
+      m_view_tables[s] = m_book.block_table(il, h).data();
+      m_view_lengths[s] = m_book.length(il, h);
+    }
+  }
+}
+
+void KvCache::append(int il, const at::Tensor& k, const at::Tensor& v,
+                     const std::vector<int32_t>& token_indices, const std::vector<float>& log_beta) {
+  const KvGeometry& g = geometry();
+  const int64_t n_new = static_cast<int64_t>(token_indices.size());
+  TRIMKV_CHECK(k.defined() && v.defined(), Shape, "KvCache::append: k or v is undefined");
+  TRIMKV_CHECK(k.dim() == 3 && k.size(0) == n_new && k.size(1) == g.n_kv_head &&
+                   k.size(2) == g.head_dim,
+               Shape, "KvCache::append: layer ", il, ": k must be [n_new=", n_new,
+               ", n_kv_head=", g.n_kv_head, ", head_dim=", g.head_dim, "], got ", k.sizes());
+  TRIMKV_CHECK(v.sizes() == k.sizes(), Shape, "KvCache::append: layer ", il, ": v ", v.sizes(),
+               " must match k ", k.sizes());
+  TRIMKV_CHECK(k.device() == m_k.device() && v.device() == m_k.device(), Shape,
+               "KvCache::append: k/v on ", k.device(), "/", v.device(), " but the cache is on ",
+               m_k.device());
+
+  const std::vector<int32_t> slots = m_book.append(il, token_indices, log_beta);  // [n_new, n_kv_head]
+  grow_storage();
+  refresh_views();
+  if (n_new == 0) return;
+  const at::Tensor index = slots_to_index(slots, m_k.device());
+  m_k.view({-1, g.head_dim}).index_copy_(0, index, k.to(m_k.scalar_type()).reshape({-1, g.head_dim}));
+  m_v.view({-1, g.head_dim}).index_copy_(0, index, v.to(m_v.scalar_type()).reshape({-1, g.head_dim}));
+}
+
+ApplyResult KvCache::apply(const EvictionPlan& plan) {
+  ApplyResult result = m_book.apply(plan);
+  refresh_views();
+  if (!result.moves.empty()) {
+    std::vector<int32_t> src, dst;
+    src.reserve(result.moves.size());
+    dst.reserve(result.moves.size());
+    for (const SlotMove& m : result.moves) {
+      src.push_back(m.src_slot);
+      dst.push_back(m.dst_slot);
+    }
+    const at::Tensor src_index = slots_to_index(src, m_k.device());
+    const at::Tensor dst_index = slots_to_index(dst, m_k.device());
+    const int64_t d = geometry().head_dim;
+    // Gather then scatter: independent of the move order.
+    for (at::Tensor* pool : {&m_k, &m_v}) {
+      at::Tensor flat = pool->view({-1, d});
+      flat.index_copy_(0, dst_index, flat.index_select(0, src_index));
+    }
+  }
+  return result;
+}
+
+void KvCache::clear() {
+  m_book.clear();
+  refresh_views();
+}
+
+kernels::PagedKvView KvCache::layer_view(int il) const {
+  const KvGeometry& g = geometry();
+  TRIMKV_CHECK(il >= 0 && il < g.n_layer, Input, "KvCache::layer_view: layer ", il,
+               " outside [0, ", g.n_layer, ")");
+  TRIMKV_CHECK(m_k.scalar_type() == at::kFloat && m_k.device().is_cpu(), Unsupported,
+               "KvCache::layer_view: the CPU attention kernel needs float32 CPU pools, got ",
+               m_k.scalar_type(), " on ", m_k.device());
+  kernels::PagedKvView view;
+  view.k_pool = m_k.data_ptr<float>();
+  view.v_pool = m_v.data_ptr<float>();
+  view.n_blocks = m_k.size(0);
+  view.block_size = g.block_size;
+  view.head_dim = g.head_dim;
+  view.n_kv_head = g.n_kv_head;
+  view.block_tables = m_view_tables.data() + static_cast<size_t>(il) * g.n_kv_head;
+  view.lengths = m_view_lengths.data() + static_cast<size_t>(il) * g.n_kv_head;
+  return view;
+}
+
+at::Tensor KvCache::gather(const at::Tensor& pool, int il, int h) const {
+  const int32_t len = m_book.length(il, h);
+  std::vector<int32_t> slots(static_cast<size_t>(len));
+  for (int32_t e = 0; e < len; ++e) slots[static_cast<size_t>(e)] = m_book.slot(il, h, e);
+  return pool.view({-1, geometry().head_dim}).index_select(0, slots_to_index(slots, pool.device()));
+}
+
+at::Tensor KvCache::keys(int il, int h) const { return gather(m_k, il, h); }
+at::Tensor KvCache::values(int il, int h) const { return gather(m_v, il, h); }
+
+int64_t KvCache::bytes_per_entry() const {
+  return 2 * static_cast<int64_t>(geometry().head_dim) * static_cast<int64_t>(m_k.element_size());
+}
+
+int64_t KvCache::bytes_held() const { return m_book.total_entries() * bytes_per_entry(); }
+
+int64_t KvCache::bytes_reserved() const {
+  return static_cast<int64_t>(n_blocks_used()) * geometry().block_size * bytes_per_entry();
+}
+
+int64_t KvCache::bytes_allocated() const {
+  return static_cast<int64_t>(capacity_blocks()) * geometry().block_size * bytes_per_entry();
+}
+
+}  // namespace trimkv

@@ -1,0 +1,170 @@
+#include "trimkv/core/generation.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/kv_cache.h"
+
+namespace trimkv {
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Length of the longest prefix of `text` that may be shown: it contains no complete stop string
+// (the caller checked) and must not end inside a UTF-8 character or with the beginning of a
+// stop string.
+size_t certain_prefix(const std::string& text, const std::vector<std::string>& stops) {
+  size_t end = text.size();
+  for (const auto& s : stops)
+    for (size_t k = std::min(s.size() - 1, text.size()); k > 0; --k)
+      if (text.compare(text.size() - k, k, s, 0, k) == 0) {
+        end = std::min(end, text.size() - k);
+        break;
+      }
+  while (end > 0 && end < text.size() && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return end;
+}
+
+}  // namespace
+
+KvGeometry kv_geometry_of(const TextConfig& cfg, int block_size) {
+  KvGeometry g;
+  g.n_layer = static_cast<int>(cfg.n_layer);
+  g.n_kv_head = static_cast<int>(cfg.n_kv_head);
+  g.head_dim = static_cast<int>(cfg.head_dim);
+  g.block_size = block_size;
+  return g;
+}
+
+TextRunner::TextRunner(const TextModel& model, KvCache& cache, int prefill_chunk)
+    : m_model(&model), m_cache(&cache), m_prefill_chunk(prefill_chunk) {
+  TRIMKV_CHECK(prefill_chunk > 0, Input, "prefill chunk must be positive, got ", prefill_chunk);
+  const KvGeometry g = cache.geometry();
+  const KvGeometry want = kv_geometry_of(model.config, g.block_size);
+  TRIMKV_CHECK(g.n_layer == want.n_layer && g.n_kv_head == want.n_kv_head &&
+                   g.head_dim == want.head_dim,
+               Input, "KV cache geometry does not match model '", model.dir, "'");
+  m_n_tokens = static_cast<int64_t>(cache.bookkeeping().n_tokens());
+}
+
+at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  std::vector<TokenInfo> infos(ids.size(), info_template);
+  std::vector<int32_t> token_indices(ids.size());
+  std::vector<int64_t> pos(ids.size());
+  for (int64_t i = 0; i < n; ++i) {
+    token_indices[i] = static_cast<int32_t>(m_n_tokens + i);
+    infos[i].token_index = token_indices[i];
+    infos[i].rope_position = token_indices[i];
+    pos[i] = token_indices[i];
+  }
+  m_cache->register_tokens(infos);
+  at::Tensor id_t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
+  at::Tensor positions = at::tensor(pos, at::kLong);
+  const TextDecoder& dec = *m_model->decoder;
+  at::Tensor hidden = dec.forward_cached(dec.embed(id_t), positions, token_indices, *m_cache);
+  m_n_tokens += n;
+  return dec.logits(hidden.narrow(0, n - 1, 1)).view({-1});
+}
+
+at::Tensor TextRunner::prefill(const std::vector<int32_t>& ids, const TokenInfo& info_template) {
+  TRIMKV_CHECK(!ids.empty(), Input, "empty prompt: nothing to prefill");
+  const int64_t limit = m_model->config.max_position_embeddings;
+  TRIMKV_CHECK(m_n_tokens + static_cast<int64_t>(ids.size()) <= limit, Input, "prompt of ",
+               ids.size(), " tokens", (m_n_tokens ? " (after " + std::to_string(m_n_tokens) + " in context)" : ""),
+               " exceeds max_position_embeddings = ", limit, " of model '", m_model->dir, "'");
+  const int64_t vocab = m_model->config.vocab_size;
+  for (int32_t id : ids)
+    TRIMKV_CHECK(id >= 0 && id < vocab, Input, "token id ", id, " is outside the vocabulary [0, ",
+                 vocab, ") of model '", m_model->dir, "'");
+  at::Tensor logits;
+  for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(m_prefill_chunk)) {
+    const size_t end = std::min(ids.size(), begin + static_cast<size_t>(m_prefill_chunk));
+    logits = forward_chunk(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), info_template);
+  }
+  return logits;
+}
+
+at::Tensor TextRunner::step(int32_t id, const TokenInfo& info_template) {
+  return prefill({id}, info_template);
+}
+
+GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt,
+                          const GenerationParams& params, const TextCallback& on_text,
+                          const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(params.max_new_tokens >= 0, Input, "max new tokens must be >= 0, got ",
+               params.max_new_tokens);
+  for (const auto& s : params.stop_strings)
+    TRIMKV_CHECK(!s.empty(), Input, "a stop string must not be empty");
+  const TextModel& model = runner.model();
+  Sampler sampler(params.sampling);
+  std::unique_ptr<StreamDecoder> detok;
+  if (model.tokenizer) detok = std::make_unique<StreamDecoder>(*model.tokenizer, true);
+
+  GenerationResult r;
+  r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  std::vector<int32_t> history = prompt;
+  std::string text;     // decoded so far
+  size_t emitted = 0;   // bytes of `text` already passed to on_text
+  auto emit_until = [&](size_t end) {
+    if (end > emitted) {
+      if (on_text) on_text(text.substr(emitted, end - emitted));
+      emitted = end;
+    }
+  };
+
+  auto t0 = std::chrono::steady_clock::now();
+  at::Tensor logits = runner.prefill(prompt);
+  r.prefill_ms = ms_since(t0);
+  const int64_t vocab = model.config.vocab_size;
+  const auto& eos = model.config.eos_token_ids;
+  const int64_t limit = model.config.max_position_embeddings;
+  r.stop_reason = "max_tokens";
+  auto t1 = std::chrono::steady_clock::now();
+  for (int i = 0; i < params.max_new_tokens; ++i) {
+    if (cancel && cancel->load()) {
+      r.stop_reason = "cancelled";
+      break;
+    }
+    logits = logits.contiguous();
+    const int32_t next = sampler.sample(logits.data_ptr<float>(), vocab, history);
+    r.tokens.push_back(next);
+    history.push_back(next);
+    if (params.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
+      r.stop_reason = "eos";
+      break;
+    }
+    if (detok) {
+      text += detok->push(next);
+      size_t stop_at = std::string::npos;
+      for (const auto& s : params.stop_strings) stop_at = std::min(stop_at, text.find(s));
+      if (stop_at != std::string::npos) {
+        text.resize(stop_at);
+        r.stop_reason = "stop_string";
+        break;
+      }
+      emit_until(certain_prefix(text, params.stop_strings));
+    }
+    if (i + 1 == params.max_new_tokens) break;  // no forward needed for a token never sampled from
+    if (runner.n_tokens() + 1 > limit) {
+      r.stop_reason = "context_full";
+      break;
+    }
+    logits = runner.step(next);
+  }
+  r.decode_ms = ms_since(t1);
+  if (detok && r.stop_reason != "stop_string") text += detok->flush();
+  emit_until(text.size());
+  r.text = text;
+  r.kv_entries = runner.cache().bookkeeping().total_entries();
+  r.kv_bytes = runner.cache().bytes_held();
+  return r;
+}
+
+}  // namespace trimkv

@@ -1,0 +1,76 @@
+#include "trimkv/core/layers.h"
+
+#include <ATen/ATen.h>
+
+#include "trimkv/core/error.h"
+
+namespace trimkv {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor var = x.pow(2).mean(-1, /*keepdim=*/true);
+  return weight * (x * at::rsqrt(var + eps));
+}
+
+namespace {
+
+// inv_freq[i] = theta^(-2i/d), float32, adjusted per rope type (as transformers' rope init).
+at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
+  at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
+  at::Tensor inv_freq = 1.0 / at::pow(rope.theta, exponent);
+  if (rope.type == "linear") {
+    inv_freq = inv_freq / rope.factor;
+  } else if (rope.type == "llama3") {
+    // Wavelength-dependent scaling: long wavelengths divided by factor, short ones kept, smooth
+    // interpolation in between.
+    const double low_wavelen = rope.original_max_position / rope.low_freq_factor;
+    const double high_wavelen = rope.original_max_position / rope.high_freq_factor;
+    at::Tensor wavelen = 2 * M_PI / inv_freq;
+    at::Tensor scaled = at::where(wavelen > low_wavelen, inv_freq / rope.factor, inv_freq);
+    at::Tensor smooth = (rope.original_max_position / wavelen - rope.low_freq_factor) /
+                        (rope.high_freq_factor - rope.low_freq_factor);
+    at::Tensor smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled;
+    at::Tensor medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen);
+    inv_freq = at::where(medium, smoothed, scaled);
+  }
+  return inv_freq;
+}
+
+}  // namespace
+
+RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tensor& positions) {
+  at::Tensor inv_freq = inverse_frequencies(rope, head_dim);                    // [hd/2]
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [n, hd/2]
+  at::Tensor emb = at::cat({freqs, freqs}, -1);                                  // [n, hd]
+  return {emb.cos(), emb.sin()};
+}
+
+at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t) {
+  const int64_t half = x.size(-1) / 2;
+  at::Tensor x1 = x.narrow(-1, 0, half);
+  at::Tensor x2 = x.narrow(-1, half, half);
+  at::Tensor rotated = at::cat({-x2, x1}, -1);
+  return x * t.cos.unsqueeze(1) + rotated * t.sin.unsqueeze(1);
+}
+
+at::Tensor gated_mlp(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down) {
+  at::Tensor gu = at::linear(x, w_gate_up);  // [n, 2*ffn]
+  const int64_t ffn = gu.size(-1) / 2;
+  return at::linear(at::silu(gu.narrow(-1, 0, ffn)) * gu.narrow(-1, ffn, ffn), w_down);
+}
+
+at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  double scale, const at::Tensor& logit_bias) {
+  const int64_t n = q.size(0), n_head = q.size(1), hd = q.size(2), n_kv = k.size(1);
+  const int64_t group = n_head / n_kv;
+  at::Tensor qh = q.permute({1, 0, 2});                                            // [H, n, hd]
+  at::Tensor kh = k.permute({1, 0, 2}).repeat_interleave(group, 0);                 // [H, n, hd]
+  at::Tensor vh = v.permute({1, 0, 2}).repeat_interleave(group, 0);                 // [H, n, hd]
+  at::Tensor logits = at::matmul(qh, kh.transpose(1, 2)) * scale;                   // [H, n, n]
+  if (logit_bias.defined()) logits = logits + logit_bias.repeat_interleave(group, 0);
+  at::Tensor mask = at::ones({n, n}, at::kBool).triu(1);
+  logits = logits.masked_fill(mask, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = at::softmax(logits, -1);
+  return at::matmul(probs, vh).permute({1, 0, 2}).reshape({n, n_head * hd});
+}
+
+}  // namespace trimkv

@@ -1,0 +1,187 @@
+#include "trimkv/core/text_decoder.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/kv_cache.h"
+#include "trimkv/core/layers.h"
+#include "trimkv/core/weight_store.h"
+#include "trimkv/kernels/paged_attention.h"
+
+namespace trimkv {
+
+namespace {
+
+// Where the text model's tensors live, per naming scheme (legacy and new): plain LLMs
+// ("model."), VLMs in transformers v5 ("model.language_model."), VLMs saved by v4
+// ("language_model.model."), Idefics3/SmolVLM ("model.text_model.").
+const std::vector<std::string> kTextRoots = {"model.", "model.language_model.",
+                                             "language_model.model.", "model.text_model.", ""};
+const std::vector<std::string> kLmHeadNames = {"lm_head.weight", "language_model.lm_head.weight",
+                                               "model.lm_head.weight"};
+
+std::vector<int64_t> shape_of(LayerTensor role, const TextConfig& c) {
+  const int64_t d = c.hidden_size, q = c.n_head * c.head_dim, kv = c.n_kv_head * c.head_dim,
+                f = c.intermediate_size, hd = c.head_dim;
+  switch (role) {
+    case LayerTensor::attn_norm:
+    case LayerTensor::mlp_norm:
+    case LayerTensor::o_bias: return {d};
+    case LayerTensor::q: return {q, d};
+    case LayerTensor::k:
+    case LayerTensor::v: return {kv, d};
+    case LayerTensor::o: return {d, q};
+    case LayerTensor::q_bias: return {q};
+    case LayerTensor::k_bias:
+    case LayerTensor::v_bias: return {kv};
+    case LayerTensor::q_norm:
+    case LayerTensor::k_norm: return {hd};
+    case LayerTensor::gate:
+    case LayerTensor::up: return {f, d};
+    case LayerTensor::down: return {d, f};
+  }
+  return {};
+}
+
+std::string find_root(const WeightStore& ws) {
+  for (const auto& root : kTextRoots)
+    if (ws.contains(root + "embed_tokens.weight")) return root;
+  TRIMKV_FAIL(Config, "checkpoint '", ws.source(),
+              "' has no token embedding (looked for 'model.embed_tokens.weight' and the "
+              "'model.language_model.', 'language_model.model.', 'model.text_model.' schemes)");
+}
+
+}  // namespace
+
+std::shared_ptr<TextDecoder> TextDecoder::load(const TextConfig& cfg, const TextFamily& family,
+                                               const WeightStore& ws) {
+  const std::string root = find_root(ws);
+  DecoderWeights w;
+  w.embed = ws.load({root + "embed_tokens.weight"}, {cfg.vocab_size, cfg.hidden_size});
+  w.final_norm = ws.load({root + "norm.weight"}, {cfg.hidden_size});
+  if (cfg.tie_word_embeddings && !ws.find_any(kLmHeadNames)) {
+    w.lm_head = w.embed;
+  } else {
+    w.lm_head = ws.load(kLmHeadNames, {cfg.vocab_size, cfg.hidden_size});
+  }
+  for (int64_t il = 0; il < cfg.n_layer; ++il) {
+    const std::string prefix = root + "layers." + std::to_string(il) + ".";
+    std::map<LayerTensor, at::Tensor> t;
+    for (const auto& spec : family.layer_tensors) {
+      const std::string name = prefix + spec.name;
+      if (spec.need == Need::Optional && !ws.contains(name)) continue;
+      t[spec.role] = ws.load({name}, shape_of(spec.role, cfg));
+    }
+    auto get = [&](LayerTensor r) { return t.count(r) ? t[r] : at::Tensor(); };
+    DecoderLayerWeights lw;
+    lw.attn_norm = get(LayerTensor::attn_norm);
+    lw.w_qkv = at::cat({get(LayerTensor::q), get(LayerTensor::k), get(LayerTensor::v)}, 0).contiguous();
+    const bool any_bias = t.count(LayerTensor::q_bias) || t.count(LayerTensor::k_bias) ||
+                          t.count(LayerTensor::v_bias);
+    if (any_bias) {
+      auto bias_or_zero = [&](LayerTensor r) {
+        return t.count(r) ? t[r] : at::zeros(shape_of(r, cfg), at::kFloat);
+      };
+      lw.b_qkv = at::cat({bias_or_zero(LayerTensor::q_bias), bias_or_zero(LayerTensor::k_bias),
+                          bias_or_zero(LayerTensor::v_bias)}, 0);
+    }
+    lw.w_o = get(LayerTensor::o);
+    lw.b_o = get(LayerTensor::o_bias);
+    lw.q_norm = get(LayerTensor::q_norm);
+    lw.k_norm = get(LayerTensor::k_norm);
+    lw.mlp_norm = get(LayerTensor::mlp_norm);
+    lw.w_gate_up = at::cat({get(LayerTensor::gate), get(LayerTensor::up)}, 0).contiguous();
+    lw.w_down = get(LayerTensor::down);
+    w.layers.push_back(std::move(lw));
+  }
+  return std::make_shared<TextDecoder>(cfg, family, std::move(w));
+}
+
+TextDecoder::TextDecoder(TextConfig cfg, const TextFamily& family, DecoderWeights weights)
+    : m_cfg(std::move(cfg)), m_family(&family), m_w(std::move(weights)) {
+  TRIMKV_ASSERT(static_cast<int64_t>(m_w.layers.size()) == m_cfg.n_layer);
+}
+
+int64_t TextDecoder::parameter_count() const {
+  int64_t n = m_w.embed.numel() + m_w.final_norm.numel();
+  if (!m_w.lm_head.is_same(m_w.embed)) n += m_w.lm_head.numel();
+  for (const auto& l : m_w.layers)
+    for (const at::Tensor* t : {&l.attn_norm, &l.w_qkv, &l.b_qkv, &l.w_o, &l.b_o, &l.q_norm,
+                                &l.k_norm, &l.mlp_norm, &l.w_gate_up, &l.w_down})
+      if (t->defined()) n += t->numel();
+  return n;
+}
+
+at::Tensor TextDecoder::embed(const at::Tensor& ids) const {
+  return at::embedding(m_w.embed, ids.to(at::kLong));
+}
+
+void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x_norm,
+                              const RopeTables& rope, at::Tensor& q, at::Tensor& k,
+                              at::Tensor& v) const {
+  const int64_t n = x_norm.size(0), hd = m_cfg.head_dim, nq = m_cfg.n_head, nkv = m_cfg.n_kv_head;
+  at::Tensor qkv = lw.b_qkv.defined() ? at::linear(x_norm, lw.w_qkv, lw.b_qkv)
+                                      : at::linear(x_norm, lw.w_qkv);  // [n, (nq+2nkv)*hd]
+  q = qkv.narrow(1, 0, nq * hd).view({n, nq, hd});
+  k = qkv.narrow(1, nq * hd, nkv * hd).view({n, nkv, hd});
+  v = qkv.narrow(1, (nq + nkv) * hd, nkv * hd).view({n, nkv, hd});
+  if (lw.q_norm.defined()) q = rms_norm(q, lw.q_norm, m_cfg.rms_norm_eps);
+  if (lw.k_norm.defined()) k = rms_norm(k, lw.k_norm, m_cfg.rms_norm_eps);
+  q = apply_rope(q, rope);
+  k = apply_rope(k, rope);
+}
+
+at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& positions,
+                                      const std::vector<at::Tensor>& logit_bias) const {
+  TRIMKV_ASSERT(logit_bias.empty() || static_cast<int64_t>(logit_bias.size()) == m_cfg.n_layer);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
+  const RopeTables rope = rope_tables(m_cfg.rope, m_cfg.head_dim, positions);
+  at::Tensor x = x_in;
+  for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
+    const auto& lw = m_w.layers[il];
+    at::Tensor h = rms_norm(x, lw.attn_norm, m_cfg.rms_norm_eps);
+    at::Tensor q, k, v;
+    project_qkv(lw, h, rope, q, k, v);
+    at::Tensor attn = dense_causal_attention(q, k, v, scale,
+                                             logit_bias.empty() ? at::Tensor() : logit_bias[il]);
+    x = x + (lw.b_o.defined() ? at::linear(attn, lw.w_o, lw.b_o) : at::linear(attn, lw.w_o));
+    x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
+  }
+  return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
+}
+
+at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor& positions,
+                                       const std::vector<int32_t>& token_indices, KvCache& cache,
+                                       const EntryScorer* scorer) const {
+  const int64_t n = x_in.size(0);
+  TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(0) == n);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
+  const RopeTables rope = rope_tables(m_cfg.rope, m_cfg.head_dim, positions);
+  at::Tensor x = x_in;
+  for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
+    const auto& lw = m_w.layers[il];
+    at::Tensor h = rms_norm(x, lw.attn_norm, m_cfg.rms_norm_eps);
+    at::Tensor q, k, v;
+    project_qkv(lw, h, rope, q, k, v);
+    at::Tensor log_beta;
+    if (scorer) log_beta = scorer->log_beta(il, h).contiguous();  // [n, n_kv]
+    std::vector<float> lb;
+    if (log_beta.defined())
+      lb.assign(log_beta.data_ptr<float>(), log_beta.data_ptr<float>() + log_beta.numel());
+    cache.append(static_cast<int>(il), k, v, token_indices, lb);
+    at::Tensor attn = kernels::paged_attention(q, cache.layer_view(static_cast<int>(il)), scale)
+                          .view({n, m_cfg.n_head * m_cfg.head_dim});
+    x = x + (lw.b_o.defined() ? at::linear(attn, lw.w_o, lw.b_o) : at::linear(attn, lw.w_o));
+    x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
+  }
+  return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
+}
+
+at::Tensor TextDecoder::logits(const at::Tensor& hidden) const {
+  return at::linear(hidden, m_w.lm_head);
+}
+
+}  // namespace trimkv

@@ -1,0 +1,34 @@
+#include "trimkv/core/text_model.h"
+
+#include <filesystem>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/weight_store.h"
+
+namespace fs = std::filesystem;
+
+namespace trimkv {
+
+TextModel load_text_model(const std::string& dir) {
+  TRIMKV_CHECK(fs::is_directory(dir), Io, "model folder '", dir, "' does not exist");
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  TRIMKV_CHECK(fs::exists(config_path), Io, "model folder '", dir, "' has no config.json");
+  TextModel m;
+  m.dir = dir;
+  m.config = load_text_config(config_path);
+  merge_generation_config((fs::path(dir) / "generation_config.json").string(), m.config);
+  m.family = &find_text_family(m.config.model_type, config_path);
+  const WeightStore weights = WeightStore::open_folder(dir);
+  m.weight_dtype = weights.dominant_dtype();
+  m.weight_bytes = weights.total_bytes();
+  m.decoder = TextDecoder::load(m.config, *m.family, weights);
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) {
+    m.tokenizer = std::make_shared<Tokenizer>(Tokenizer::from_folder(dir));
+    TRIMKV_CHECK(m.tokenizer->vocab_size() <= m.config.vocab_size, Config, "tokenizer '",
+                 m.tokenizer->path(), "' has ids up to ", m.tokenizer->vocab_size() - 1,
+                 " but the model's vocab_size is ", m.config.vocab_size);
+  }
+  return m;
+}
+
+}  // namespace trimkv

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs everything TrimKV Studio needs on Debian 12 / Ubuntu (idempotent; fast when done).
+#   packaging/setup.sh            Debian packages for building and testing (and the GUI's Qt 6)
+#   packaging/setup.sh --oracle   also a Python virtual environment with transformers, used only
+#                                 to regenerate the committed test fixtures and run benchmarks
+#                                 against the reference (CI never needs it)
+# Environment: TRIMKV_VENV (default ~/.cache/trimkv/venv-oracle) for the --oracle environment.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libtorch-dev libopenblas0-openmp   # LibTorch 1.13; OpenMP OpenBLAS (25x faster matmuls)
+  libpcre2-dev libutf8proc-dev nlohmann-json3-dev
+  libstb-dev
+  catch2
+)
+
+want_oracle=0
+for arg in "$@"; do
+  case "$arg" in
+    --oracle) want_oracle=1 ;;
+    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg'" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ "$want_oracle" = 1 ]; then
+  venv="${TRIMKV_VENV:-$HOME/.cache/trimkv/venv-oracle}"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import transformers, tokenizers, torch, safetensors" 2>/dev/null; then
+    echo "setup: creating the oracle environment in $venv (PyPI torch is several GB)"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --upgrade pip
+    "$venv/bin/pip" install -q torch transformers tokenizers safetensors
+  fi
+  echo "setup: oracle environment ready: $venv/bin/python"
+fi

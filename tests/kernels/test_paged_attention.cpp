@@ -1,0 +1,251 @@
+// Paged attention (CPU) against the plain reference: dense softmax(q k^T * scale + causal mask) v
+// over the K/V rows gathered from the block tables, computed in float64.
+// Tolerance: 1e-5 absolute on outputs of magnitude ~1 (fp32 dot products over head_dim <= 64 and
+// fp32 softmax sums over <= a few hundred entries stay well below it); attn_sum sums up to
+// n_q * group probabilities, so its tolerance is 1e-5 per summed row.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "trimkv/kernels/paged_attention.h"
+
+using trimkv::kernels::PagedAttentionOutput;
+using trimkv::kernels::PagedKvView;
+using trimkv::kernels::paged_attention;
+using trimkv::kernels::paged_attention_with_stats;
+
+namespace {
+
+// A randomly laid-out paged cache for one layer. Block ids are a random permutation of the pool,
+// and every pool row not holding a live entry is NaN, so a read past a head's length shows up.
+struct RandomPagedCache {
+  int n_kv_head = 0, head_dim = 0, block_size = 0;
+  std::vector<int32_t> lengths;              // [n_kv_head]
+  std::vector<std::vector<int32_t>> tables;  // [n_kv_head][n_blocks_h]
+  std::vector<const int32_t*> table_ptrs;    // [n_kv_head]
+  at::Tensor k_pool, v_pool;                 // [n_blocks, block_size, head_dim]
+
+  RandomPagedCache(std::vector<int32_t> lens, int head_dim_, int block_size_, int extra_blocks,
+                   std::mt19937& rng)
+      : n_kv_head(static_cast<int>(lens.size())), head_dim(head_dim_), block_size(block_size_),
+        lengths(std::move(lens)) {
+    int n_blocks = extra_blocks;
+    for (int32_t len : lengths) n_blocks += (len + block_size - 1) / block_size;
+    std::vector<int32_t> ids(n_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    k_pool = at::full({n_blocks, block_size, head_dim}, nan, at::kFloat);
+    v_pool = at::full({n_blocks, block_size, head_dim}, nan, at::kFloat);
+    size_t next = 0;
+    tables.resize(n_kv_head);
+    for (int h = 0; h < n_kv_head; ++h) {
+      const int nb = (lengths[h] + block_size - 1) / block_size;
+      for (int b = 0; b < nb; ++b) tables[h].push_back(ids[next++]);
+      for (int e = 0; e < lengths[h]; ++e) {
+        const int64_t blk = tables[h][e / block_size], off = e % block_size;
+        k_pool[blk][off].copy_(at::randn({head_dim}));
+        v_pool[blk][off].copy_(at::randn({head_dim}));
+      }
+    }
+    for (auto& t : tables) table_ptrs.push_back(t.data());
+  }
+
+  PagedKvView view() const {
+    PagedKvView v;
+    v.k_pool = k_pool.data_ptr<float>();
+    v.v_pool = v_pool.data_ptr<float>();
+    v.n_blocks = k_pool.size(0);
+    v.block_size = block_size;
+    v.head_dim = head_dim;
+    v.n_kv_head = n_kv_head;
+    v.block_tables = table_ptrs.data();
+    v.lengths = lengths.data();
+    return v;
+  }
+
+  // [lengths[h], head_dim] rows of head h, in cache order, as float64.
+  at::Tensor gather(const at::Tensor& pool, int h) const {
+    std::vector<int64_t> slots;
+    for (int e = 0; e < lengths[h]; ++e)
+      slots.push_back(int64_t{tables[h][e / block_size]} * block_size + e % block_size);
+    at::Tensor idx = at::tensor(slots, at::kLong);
+    return pool.reshape({-1, head_dim}).index_select(0, idx).to(at::kDouble);
+  }
+};
+
+// Dense reference (float64): out [n_q, n_head, head_dim], attn_sum [n_kv_head, max_len].
+PagedAttentionOutput reference_attention(const at::Tensor& q, const RandomPagedCache& c,
+                                         double scale) {
+  const int64_t n_q = q.size(0), n_head = q.size(1);
+  const int64_t group = n_head / c.n_kv_head;
+  const int32_t max_len = *std::max_element(c.lengths.begin(), c.lengths.end());
+  at::Tensor out = at::zeros({n_q, n_head, c.head_dim}, at::kDouble);
+  at::Tensor attn_sum = at::zeros({c.n_kv_head, max_len}, at::kDouble);
+  for (int64_t qh = 0; qh < n_head; ++qh) {
+    const int g = static_cast<int>(qh / group);
+    const int64_t len = c.lengths[g];
+    if (len == 0) continue;
+    at::Tensor k = c.gather(c.k_pool, g), v = c.gather(c.v_pool, g);  // [len, head_dim]
+    at::Tensor qq = q.select(1, qh).to(at::kDouble);                   // [n_q, head_dim]
+    at::Tensor logits = at::matmul(qq, k.t()) * scale;                 // [n_q, len]
+    at::Tensor row = at::arange(n_q, at::kLong).unsqueeze(1);
+    at::Tensor col = at::arange(len, at::kLong).unsqueeze(0);
+    at::Tensor visible = col < (row + (len - n_q + 1));  // bottom-right aligned causal mask
+    logits = logits.masked_fill(visible.logical_not(), -std::numeric_limits<double>::infinity());
+    at::Tensor probs = at::softmax(logits, 1);
+    probs = probs.masked_fill(visible.logical_not(), 0.0);  // rows with nothing visible -> 0
+    out.select(1, qh).copy_(at::matmul(probs, v));
+    attn_sum[g].narrow(0, 0, len).add_(probs.sum(0));
+  }
+  return {out, attn_sum};
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  if (a.numel() == 0 && b.numel() == 0) return 0.0;
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+void expect_matches_reference(const at::Tensor& q, const RandomPagedCache& c) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  PagedAttentionOutput got = paged_attention_with_stats(q, c.view(), scale);
+  PagedAttentionOutput want = reference_attention(q, c, scale);
+  const int64_t group = q.size(1) / c.n_kv_head;
+  REQUIRE(got.out.sizes() == want.out.sizes());
+  REQUIRE(got.attn_sum.sizes() == want.attn_sum.sizes());
+  CHECK_FALSE(at::isnan(got.out).any().item<bool>());
+  CHECK(max_abs_diff(got.out, want.out) < 1e-5);
+  CHECK(max_abs_diff(got.attn_sum, want.attn_sum) < 1e-5 * q.size(0) * group);
+  CHECK(max_abs_diff(paged_attention(q, c.view(), scale), want.out) < 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("paged_attention matches dense causal attention over the gathered K/V",
+          "[kernels]") {
+  const int head_dim = GENERATE(16, 64);
+  const int block_size = GENERATE(1, 4, 16);
+  const auto heads = GENERATE(std::make_pair(4, 4), std::make_pair(6, 2), std::make_pair(8, 1),
+                              std::make_pair(9, 3));
+  const int n_q = GENERATE(1, 5);
+  const int n_head = heads.first, n_kv_head = heads.second;
+  for (int seed = 0; seed < 3; ++seed) {
+    CAPTURE(head_dim, block_size, n_head, n_kv_head, n_q, seed);
+    std::mt19937 rng(1000 * seed + head_dim + block_size + n_head + n_q);
+    at::manual_seed(seed);
+    std::uniform_int_distribution<int32_t> len_dist(n_q, 70);
+    std::vector<int32_t> lens(n_kv_head);
+    for (auto& l : lens) l = len_dist(rng);  // ragged: every head its own length
+    RandomPagedCache cache(lens, head_dim, block_size, /*extra_blocks=*/3, rng);
+    at::Tensor q = at::randn({n_q, n_head, head_dim});
+    expect_matches_reference(q, cache);
+  }
+}
+
+TEST_CASE("paged_attention aligns a prefill block bottom-right: query row 0 of a fresh head sees "
+          "only entry 0",
+          "[kernels]") {
+  std::mt19937 rng(7);
+  at::manual_seed(7);
+  const int n_q = 6, head_dim = 16;
+  RandomPagedCache cache({n_q, n_q + 4}, head_dim, 4, 0, rng);
+  at::Tensor q = at::randn({n_q, 2, head_dim});
+  at::Tensor out = paged_attention(q, cache.view(), 0.25);
+  // Head 0 holds exactly the n_q new tokens: row 0 attends to entry 0 alone, so out = v[0].
+  at::Tensor v0 = cache.gather(cache.v_pool, 0)[0].to(at::kFloat);
+  CHECK(max_abs_diff(out[0][0], v0) < 1e-6);
+  // Head 1 has 4 older entries: row 0 sees 5 of them, and the whole block matches the reference.
+  expect_matches_reference(q, cache);
+}
+
+TEST_CASE("paged_attention is exact across a multi-threaded prefill with statistics",
+          "[kernels]") {
+  // Large enough that the work is split into several chunks, exercising the attn_sum reduction.
+  std::mt19937 rng(11);
+  at::manual_seed(11);
+  const int n_q = 48, head_dim = 64;
+  RandomPagedCache cache({300, 120, 48, 257}, head_dim, 16, 5, rng);
+  at::Tensor q = at::randn({n_q, 8, head_dim});
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(2);
+  expect_matches_reference(q, cache);
+  PagedAttentionOutput two = paged_attention_with_stats(q, cache.view(), 0.125);
+  at::set_num_threads(1);
+  PagedAttentionOutput one = paged_attention_with_stats(q, cache.view(), 0.125);
+  at::set_num_threads(threads_before);
+  CHECK(max_abs_diff(one.out, two.out) == 0.0);  // rows are independent: bitwise equal
+  CHECK(max_abs_diff(one.attn_sum, two.attn_sum) < 1e-5 * n_q * 2);
+}
+
+TEST_CASE("paged_attention writes zeros, not NaN, for a head with no visible entries",
+          "[kernels]") {
+  std::mt19937 rng(3);
+  at::manual_seed(3);
+  SECTION("empty head") {
+    RandomPagedCache cache({0, 5, 2}, 16, 4, 1, rng);
+    at::Tensor q = at::randn({1, 6, 16});
+    PagedAttentionOutput got = paged_attention_with_stats(q, cache.view(), 0.25);
+    CHECK(got.out.select(1, 0).abs().max().item<float>() == 0.0f);
+    CHECK(got.out.select(1, 1).abs().max().item<float>() == 0.0f);
+    CHECK(got.attn_sum[0].abs().max().item<float>() == 0.0f);
+    expect_matches_reference(q, cache);
+  }
+  SECTION("head shorter than the query block") {
+    RandomPagedCache cache({2, 6}, 16, 4, 0, rng);
+    at::Tensor q = at::randn({4, 2, 16});
+    PagedAttentionOutput got = paged_attention_with_stats(q, cache.view(), 0.25);
+    // Head 0 has 2 entries for 4 query rows: rows 0 and 1 see nothing.
+    CHECK(got.out[0][0].abs().max().item<float>() == 0.0f);
+    CHECK(got.out[1][0].abs().max().item<float>() == 0.0f);
+    expect_matches_reference(q, cache);
+  }
+}
+
+TEST_CASE("paged_attention accepts strided queries", "[kernels]") {
+  std::mt19937 rng(5);
+  at::manual_seed(5);
+  RandomPagedCache cache({9, 17}, 16, 4, 0, rng);
+  at::Tensor big = at::randn({3, 4, 32});
+  at::Tensor q = big.narrow(2, 8, 16);  // [3, 4, 16], rows and heads strided
+  at::Tensor qt = at::randn({4, 3, 16}).transpose(0, 1);  // [3, 4, 16], head stride < row stride
+  at::Tensor qnc = at::randn({3, 16, 4}).transpose(1, 2);  // [3, 4, 16], head_dim not unit-stride
+  for (const at::Tensor& x : {q, qt, qnc}) {
+    CHECK(max_abs_diff(paged_attention(x, cache.view(), 0.25),
+                       paged_attention(x.contiguous(), cache.view(), 0.25)) == 0.0);
+    expect_matches_reference(x, cache);
+  }
+}
+
+TEST_CASE("paged_attention launcher rejects invalid inputs with a clear error", "[kernels]") {
+  std::mt19937 rng(9);
+  RandomPagedCache cache({5, 3}, 16, 4, 0, rng);
+  const at::Tensor q = at::randn({1, 4, 16});
+  using Catch::Matchers::Contains;
+  CHECK_THROWS_WITH(paged_attention(q.to(at::kDouble), cache.view(), 1.0), Contains("float32"));
+  CHECK_THROWS_WITH(paged_attention(at::randn({1, 4, 8}), cache.view(), 1.0),
+                    Contains("head_dim"));
+  CHECK_THROWS_WITH(paged_attention(at::randn({1, 3, 16}), cache.view(), 1.0),
+                    Contains("multiple of n_kv_head"));
+  CHECK_THROWS_WITH(paged_attention(at::randn({4, 16}), cache.view(), 1.0),
+                    Contains("[n_q, n_head, head_dim]"));
+  PagedKvView bad = cache.view();
+  std::vector<int32_t> bad_table = {0, 99};
+  std::vector<const int32_t*> bad_ptrs = {bad_table.data(), cache.table_ptrs[1]};
+  bad.block_tables = bad_ptrs.data();
+  CHECK_THROWS_WITH(paged_attention(q, bad, 1.0), Contains("outside the pool"));
+  std::vector<int32_t> neg = {-1, 3};
+  bad = cache.view();
+  bad.lengths = neg.data();
+  CHECK_THROWS_WITH(paged_attention(q, bad, 1.0), Contains("length must be >= 0"));
+  std::vector<const int32_t*> null_ptrs = {nullptr, cache.table_ptrs[1]};
+  bad = cache.view();
+  bad.block_tables = null_ptrs.data();
+  CHECK_THROWS_AS(paged_attention(q, bad, 1.0), std::invalid_argument);
+}

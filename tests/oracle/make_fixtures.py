@@ -1,0 +1,23 @@
+"""Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
+torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models ...]"""
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+DATA = HERE.parent / "data"
+
+
+def main(argv):
+    parts = argv or ["tokenizers", "models"]
+    if "tokenizers" in parts:
+        import tokenizer_fixtures
+        tokenizer_fixtures.main(DATA) if hasattr(tokenizer_fixtures, "main") else None
+    if "models" in parts:
+        import model_fixtures
+        model_fixtures.main(DATA)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
