@@ -10,6 +10,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp   # LibTorch 1.13; OpenMP OpenBLAS (25x faster matmuls)
+  libdnnl-dev                        # oneDNN sgemm for prefill (optional in CMake)
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev
   libstb-dev
   catch2

@@ -1,9 +1,8 @@
 // KV bookkeeping without tensors: BlockPool, KvBookkeeping, EvictionPlan. The randomised cases
 // replay append/apply sequences against a brute-force model (per-head lists of entries) and a
 // simulated storage (slot -> entry id) to which the returned moves are applied one by one.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -106,11 +105,21 @@ EvictionPlan random_plan(const KvBookkeeping& kv, std::mt19937& rng) {
       for (int32_t e = 0; e < len; ++e) {
         bool k = false;
         switch (mode) {
-          case 0: k = true; break;
-          case 1: k = false; break;
-          case 2: k = e < cut; break;
-          case 3: k = e >= cut; break;
-          default: k = rng() % 3 == 0; break;
+          case 0:
+            k = true;
+            break;
+          case 1:
+            k = false;
+            break;
+          case 2:
+            k = e < cut;
+            break;
+          case 3:
+            k = e >= cut;
+            break;
+          default:
+            k = rng() % 3 == 0;
+            break;
         }
         if (k) keep.push_back(e);
       }
@@ -150,7 +159,8 @@ void random_apply(KvBookkeeping& kv, Model& m, std::mt19937& rng) {
       const std::vector<int32_t>& after = kv.block_table(il, h);
       REQUIRE(after.size() <= before.size());
       REQUIRE(std::equal(after.begin(), after.end(), before.begin()));  // prefix kept in place
-      for (size_t b = after.size(); b < before.size(); ++b) REQUIRE_FALSE(kv.pool().is_used(before[b]));
+      for (size_t b = after.size(); b < before.size(); ++b)
+        REQUIRE_FALSE(kv.pool().is_used(before[b]));
       std::vector<EntryMeta> meta;
       std::vector<int64_t> ids;
       for (int32_t e : plan.keep(il, h)) {
@@ -439,8 +449,8 @@ TEST_CASE("EvictionPlan::validate names the layer, head and index of a bad plan"
   SECTION("index out of range") {
     EvictionPlan plan = EvictionPlan::keep_all(kv);
     plan.keep(1, 1) = {0, 3};
-    CHECK_THROWS_WITH(plan.validate(kv), Contains("layer 1 head 1: keep index 3") &&
-                                             Contains("outside [0, 3)"));
+    CHECK_THROWS_WITH(plan.validate(kv),
+                      Contains("layer 1 head 1: keep index 3") && Contains("outside [0, 3)"));
   }
   SECTION("negative index") {
     EvictionPlan plan = EvictionPlan::keep_all(kv);

@@ -3,8 +3,8 @@
 // dense softmax attention over those rows (float64 reference, tolerance 1e-5 as in
 // tests/kernels/test_paged_attention.cpp).
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
 
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <random>

@@ -4,9 +4,9 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -58,7 +58,9 @@ bool is_valid_utf8(const std::string& s) {
 
 // Writes `text` as dir/tokenizer.json in a fresh temporary folder and returns the file path.
 std::string write_temp_tokenizer(const std::string& name, const std::string& text) {
-  const fs::path dir = fs::temp_directory_path() / ("trimkv_test_tokenizer_" + name);
+  // A per-process suffix keeps concurrent runs of the suite apart.
+  static const std::string kRunId = std::to_string(std::random_device{}());
+  const fs::path dir = fs::temp_directory_path() / ("trimkv_test_tokenizer_" + kRunId) / name;
   fs::create_directories(dir);
   const fs::path path = dir / "tokenizer.json";
   std::ofstream(path, std::ios::binary) << text;
@@ -186,6 +188,25 @@ TEST_CASE("Tokenizer::encode gives HF's ids for every corpus string of the SmolL
 TEST_CASE("Tokenizer::encode gives HF's ids for every corpus string of the Qwen2-style tokenizer",
           "[tokenizer]") {
   check_corpus_ids("qwen2");
+}
+
+TEST_CASE("Tokenizer::encode gives HF's ids under other pipeline settings (Split behaviours, "
+          "Digits, add_prefix_space, NFKC, added-token flags, templates)", "[tokenizer]") {
+  for (const auto& variant : expected().at("pipeline_variants")) {
+    const std::string name = variant.at("name");
+    nlohmann::json spec;
+    {
+      std::ifstream in(kDataDir + "/" + variant.at("base").get<std::string>() + "/tokenizer.json");
+      spec = nlohmann::json::parse(in);
+    }
+    spec.merge_patch(variant.at("patch"));
+    const Tokenizer tok = Tokenizer::from_file(write_temp_tokenizer("variant", spec.dump()));
+    for (const auto& c : variant.at("cases")) {
+      INFO(name << ": \"" << c.at("text").get<std::string>() << "\"");
+      CHECK(tok.encode(c.at("text").get<std::string>(), c.at("add_special_tokens").get<bool>()) ==
+            c.at("ids").get<std::vector<int32_t>>());
+    }
+  }
 }
 
 TEST_CASE("Tokenizer::encode makes NFD and NFC spellings equal under an NFC normalizer", "[tokenizer]") {

@@ -5,9 +5,9 @@
 // n_q * group probabilities, so its tolerance is 1e-5 per summed row.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -16,10 +16,10 @@
 
 #include "trimkv/kernels/paged_attention.h"
 
-using trimkv::kernels::PagedAttentionOutput;
-using trimkv::kernels::PagedKvView;
 using trimkv::kernels::paged_attention;
 using trimkv::kernels::paged_attention_with_stats;
+using trimkv::kernels::PagedAttentionOutput;
+using trimkv::kernels::PagedKvView;
 
 namespace {
 
@@ -34,7 +34,9 @@ struct RandomPagedCache {
 
   RandomPagedCache(std::vector<int32_t> lens, int head_dim_, int block_size_, int extra_blocks,
                    std::mt19937& rng)
-      : n_kv_head(static_cast<int>(lens.size())), head_dim(head_dim_), block_size(block_size_),
+      : n_kv_head(static_cast<int>(lens.size())),
+        head_dim(head_dim_),
+        block_size(block_size_),
         lengths(std::move(lens)) {
     int n_blocks = extra_blocks;
     for (int32_t len : lengths) n_blocks += (len + block_size - 1) / block_size;
@@ -94,8 +96,8 @@ PagedAttentionOutput reference_attention(const at::Tensor& q, const RandomPagedC
     const int64_t len = c.lengths[g];
     if (len == 0) continue;
     at::Tensor k = c.gather(c.k_pool, g), v = c.gather(c.v_pool, g);  // [len, head_dim]
-    at::Tensor qq = q.select(1, qh).to(at::kDouble);                   // [n_q, head_dim]
-    at::Tensor logits = at::matmul(qq, k.t()) * scale;                 // [n_q, len]
+    at::Tensor qq = q.select(1, qh).to(at::kDouble);                  // [n_q, head_dim]
+    at::Tensor logits = at::matmul(qq, k.t()) * scale;                // [n_q, len]
     at::Tensor row = at::arange(n_q, at::kLong).unsqueeze(1);
     at::Tensor col = at::arange(len, at::kLong).unsqueeze(0);
     at::Tensor visible = col < (row + (len - n_q + 1));  // bottom-right aligned causal mask
@@ -128,8 +130,7 @@ void expect_matches_reference(const at::Tensor& q, const RandomPagedCache& c) {
 
 }  // namespace
 
-TEST_CASE("paged_attention matches dense causal attention over the gathered K/V",
-          "[kernels]") {
+TEST_CASE("paged_attention matches dense causal attention over the gathered K/V", "[kernels]") {
   const int head_dim = GENERATE(16, 64);
   const int block_size = GENERATE(1, 4, 16);
   const auto heads = GENERATE(std::make_pair(4, 4), std::make_pair(6, 2), std::make_pair(8, 1),
@@ -149,9 +150,10 @@ TEST_CASE("paged_attention matches dense causal attention over the gathered K/V"
   }
 }
 
-TEST_CASE("paged_attention aligns a prefill block bottom-right: query row 0 of a fresh head sees "
-          "only entry 0",
-          "[kernels]") {
+TEST_CASE(
+    "paged_attention aligns a prefill block bottom-right: query row 0 of a fresh head sees "
+    "only entry 0",
+    "[kernels]") {
   std::mt19937 rng(7);
   at::manual_seed(7);
   const int n_q = 6, head_dim = 16;
@@ -165,8 +167,7 @@ TEST_CASE("paged_attention aligns a prefill block bottom-right: query row 0 of a
   expect_matches_reference(q, cache);
 }
 
-TEST_CASE("paged_attention is exact across a multi-threaded prefill with statistics",
-          "[kernels]") {
+TEST_CASE("paged_attention is exact across a multi-threaded prefill with statistics", "[kernels]") {
   // Large enough that the work is split into several chunks, exercising the attn_sum reduction.
   std::mt19937 rng(11);
   at::manual_seed(11);
@@ -213,8 +214,8 @@ TEST_CASE("paged_attention accepts strided queries", "[kernels]") {
   at::manual_seed(5);
   RandomPagedCache cache({9, 17}, 16, 4, 0, rng);
   at::Tensor big = at::randn({3, 4, 32});
-  at::Tensor q = big.narrow(2, 8, 16);  // [3, 4, 16], rows and heads strided
-  at::Tensor qt = at::randn({4, 3, 16}).transpose(0, 1);  // [3, 4, 16], head stride < row stride
+  at::Tensor q = big.narrow(2, 8, 16);                     // [3, 4, 16], rows and heads strided
+  at::Tensor qt = at::randn({4, 3, 16}).transpose(0, 1);   // [3, 4, 16], head stride < row stride
   at::Tensor qnc = at::randn({3, 16, 4}).transpose(1, 2);  // [3, 4, 16], head_dim not unit-stride
   for (const at::Tensor& x : {q, qt, qnc}) {
     CHECK(max_abs_diff(paged_attention(x, cache.view(), 0.25),
@@ -229,8 +230,7 @@ TEST_CASE("paged_attention launcher rejects invalid inputs with a clear error", 
   const at::Tensor q = at::randn({1, 4, 16});
   using Catch::Matchers::Contains;
   CHECK_THROWS_WITH(paged_attention(q.to(at::kDouble), cache.view(), 1.0), Contains("float32"));
-  CHECK_THROWS_WITH(paged_attention(at::randn({1, 4, 8}), cache.view(), 1.0),
-                    Contains("head_dim"));
+  CHECK_THROWS_WITH(paged_attention(at::randn({1, 4, 8}), cache.view(), 1.0), Contains("head_dim"));
   CHECK_THROWS_WITH(paged_attention(at::randn({1, 3, 16}), cache.view(), 1.0),
                     Contains("multiple of n_kv_head"));
   CHECK_THROWS_WITH(paged_attention(at::randn({4, 16}), cache.view(), 1.0),
@@ -248,4 +248,19 @@ TEST_CASE("paged_attention launcher rejects invalid inputs with a clear error", 
   bad = cache.view();
   bad.block_tables = null_ptrs.data();
   CHECK_THROWS_AS(paged_attention(q, bad, 1.0), std::invalid_argument);
+}
+
+TEST_CASE("paged_attention stays exact for sharply peaked and for flat softmax", "[kernels]") {
+  std::mt19937 rng(13);
+  at::manual_seed(13);
+  RandomPagedCache cache({33, 64, 1}, 16, 8, 2, rng);
+  at::Tensor q = at::randn({3, 6, 16});
+  for (double scale : {40.0, 1e-4}) {  // logits spread over ~±500 (most weights underflow) / ~0
+    CAPTURE(scale);
+    PagedAttentionOutput got = paged_attention_with_stats(q, cache.view(), scale);
+    PagedAttentionOutput want = reference_attention(q, cache, scale);
+    CHECK_FALSE(at::isnan(got.out).any().item<bool>());
+    CHECK(max_abs_diff(got.out, want.out) < 1e-5);
+    CHECK(max_abs_diff(got.attn_sum, want.attn_sum) < 1e-5 * 3 * 2);
+  }
 }

@@ -11,7 +11,9 @@ Run:  /root/venv-oracle/bin/python tests/oracle/tokenizer_fixtures.py
 Outputs (committed; the C++ tests need no Python):
   tests/data/tokenizers/{smollm2,qwen2}/{tokenizer.json,tokenizer_config.json}
   tests/data/tokenizers/expected.json (per tokenizer: corpus entries; decode_cases: byte-level
-    id sequences forming broken UTF-8)
+    id sequences forming broken UTF-8; pipeline_variants: merge patches over the two tokenizers
+    (other Split behaviours, Digits, add_prefix_space, NFKC, added-token flags, templates) with
+    the ids of the short corpus strings)
   tests/data/tokenizers/bad/{wordpiece,malformed,no_model}/tokenizer.json
 Deterministic: fixed seed, single-threaded training.
 """
@@ -220,6 +222,73 @@ def expectations(tok):
     return out
 
 
+def merge_patch(target, patch):
+    """RFC 7396 JSON merge patch (what nlohmann::json::merge_patch does on the C++ side)."""
+    if not isinstance(patch, dict):
+        return patch
+    target = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = merge_patch(target.get(key), value)
+    return target
+
+
+def pipeline_variants():
+    """Other settings of the same pipeline stages, as merge patches over the two tokenizers:
+    each is checked on the short corpus strings."""
+    qwen_split = lambda pattern, behavior, invert: {"pre_tokenizer": {  # noqa: E731
+        "type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": pattern, "behavior": behavior, "invert": invert},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]}}
+    smol_pre = lambda digits, prefix: {"pre_tokenizer": {  # noqa: E731
+        "type": "Sequence", "pretokenizers": [
+            {"type": "Digits", "individual_digits": digits},
+            {"type": "ByteLevel", "add_prefix_space": prefix, "trim_offsets": True, "use_regex": True}]}}
+    template = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": "<|im_start|>", "type_id": 0}},
+                           {"Sequence": {"id": "A", "type_id": 0}},
+                           {"SpecialToken": {"id": "<|im_end|>", "type_id": 0}}],
+                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {
+                    "<|im_start|>": {"id": "<|im_start|>", "ids": [1], "tokens": ["<|im_start|>"]},
+                    "<|im_end|>": {"id": "<|im_end|>", "ids": [2], "tokens": ["<|im_end|>"]}}}
+    qwen = json.load(open(os.path.join(ROOT, "qwen2", "tokenizer.json"), encoding="utf-8"))
+    flipped = []
+    for t in qwen["added_tokens"]:
+        t = dict(t)
+        t.update(lstrip=t["id"] % 2 == 0, rstrip=t["id"] % 3 != 0, single_word=t["id"] in (1, 4),
+                 normalized=t["id"] in (2, 382))
+        flipped.append(t)
+    return [
+        ("smollm2 ByteLevel add_prefix_space", "smollm2", smol_pre(True, True)),
+        ("smollm2 contiguous Digits", "smollm2", smol_pre(False, False)),
+        ("smollm2 ignore_merges", "smollm2", {"model": {"ignore_merges": True}}),
+        ("smollm2 TemplateProcessing", "smollm2", {"post_processor": template}),
+        ("qwen2 Split MergedWithPrevious", "qwen2", qwen_split({"Regex": QWEN2_PATTERN}, "MergedWithPrevious", False)),
+        ("qwen2 Split MergedWithNext inverted", "qwen2", qwen_split({"Regex": QWEN2_PATTERN}, "MergedWithNext", True)),
+        ("qwen2 Split Contiguous on a string", "qwen2", qwen_split({"String": " "}, "Contiguous", False)),
+        ("qwen2 Split Removed with empty matches", "qwen2", qwen_split({"Regex": r"\s*"}, "Removed", False)),
+        ("qwen2 Split Isolated on a lookahead", "qwen2", qwen_split({"Regex": r"(?=\p{Lu})"}, "Isolated", False)),
+        ("qwen2 NFKC", "qwen2", {"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}]}}),
+        ("qwen2 added-token flags", "qwen2", {"added_tokens": flipped}),
+    ]
+
+
+def variant_expectations():
+    short = [(t, a) for t, a in test_corpus() if len(t) < 100]
+    out = []
+    for name, base, patch in pipeline_variants():
+        with open(os.path.join(ROOT, base, "tokenizer.json"), encoding="utf-8") as f:
+            data = merge_patch(json.load(f), patch)
+        tok = Tokenizer.from_str(json.dumps(data))
+        out.append({"name": name, "base": base, "patch": patch, "cases": [
+            {"text": t, "add_special_tokens": a, "ids": tok.encode(t, add_special_tokens=a).ids}
+            for t, a in short]})
+    return out
+
+
 def write_bad():
     bad = os.path.join(ROOT, "bad")
     for sub in ("wordpiece", "malformed", "no_model"):
@@ -278,7 +347,8 @@ def main():
                          "{{ message['content'] }}<|im_end|>\n{% endfor %}"})
 
     expected = {"smollm2": expectations(smol), "qwen2": expectations(qwen),
-                "decode_cases": {"smollm2": decode_cases(smol), "qwen2": decode_cases(qwen)}}
+                "decode_cases": {"smollm2": decode_cases(smol), "qwen2": decode_cases(qwen)},
+                "pipeline_variants": variant_expectations()}
     with open(os.path.join(ROOT, "expected.json"), "w", encoding="utf-8") as f:
         json.dump(expected, f, ensure_ascii=False, indent=None, separators=(",", ":"))
         f.write("\n")

@@ -50,8 +50,8 @@ BlockPool::Allocation BlockPool::allocate() {
 void BlockPool::release(int32_t block_id) {
   TRIMKV_ASSERT(block_id >= 0 && block_id < capacity(), "BlockPool::release: block ", block_id,
                 " outside [0, ", capacity(), ")");
-  TRIMKV_ASSERT(m_used[static_cast<size_t>(block_id)] != 0, "BlockPool::release: block ",
-                block_id, " is not in use");
+  TRIMKV_ASSERT(m_used[static_cast<size_t>(block_id)] != 0, "BlockPool::release: block ", block_id,
+                " is not in use");
   m_used[static_cast<size_t>(block_id)] = 0;
   m_free.push_back(block_id);
   --m_n_used;

@@ -10,18 +10,22 @@ namespace trimkv {
 
 const char* modality_name(Modality modality) {
   switch (modality) {
-    case Modality::Text: return "text";
-    case Modality::Image: return "image";
-    case Modality::Special: return "special";
+    case Modality::Text:
+      return "text";
+    case Modality::Image:
+      return "image";
+    case Modality::Special:
+      return "special";
   }
   return "unknown";
 }
 
 // --- EvictionPlan ------------------------------------------------------------------------------
 
-EvictionPlan::EvictionPlan(int n_layer, int n_kv_head) : m_n_layer(n_layer), m_n_kv_head(n_kv_head) {
-  TRIMKV_CHECK(n_layer >= 0 && n_kv_head >= 0, Input, "EvictionPlan: bad geometry n_layer=",
-               n_layer, " n_kv_head=", n_kv_head);
+EvictionPlan::EvictionPlan(int n_layer, int n_kv_head)
+    : m_n_layer(n_layer), m_n_kv_head(n_kv_head) {
+  TRIMKV_CHECK(n_layer >= 0 && n_kv_head >= 0, Input,
+               "EvictionPlan: bad geometry n_layer=", n_layer, " n_kv_head=", n_kv_head);
   m_keep.resize(static_cast<size_t>(n_layer) * static_cast<size_t>(n_kv_head));
 }
 
@@ -61,11 +65,11 @@ void EvictionPlan::validate(const KvBookkeeping& kv) const {
       const std::vector<int32_t>& keep = m_keep[static_cast<size_t>(il * m_n_kv_head + h)];
       const int32_t len = kv.length(il, h);
       for (size_t j = 0; j < keep.size(); ++j) {
-        TRIMKV_CHECK(keep[j] >= 0 && keep[j] < len, Input, "EvictionPlan: layer ", il, " head ",
-                     h, ": keep index ", keep[j], " (position ", j, ") outside [0, ", len, ")");
-        TRIMKV_CHECK(j == 0 || keep[j] > keep[j - 1], Input, "EvictionPlan: layer ", il,
-                     " head ", h, ": keep indices must be strictly increasing, got ",
-                     keep[j - 1], " then ", keep[j], " at position ", j);
+        TRIMKV_CHECK(keep[j] >= 0 && keep[j] < len, Input, "EvictionPlan: layer ", il, " head ", h,
+                     ": keep index ", keep[j], " (position ", j, ") outside [0, ", len, ")");
+        TRIMKV_CHECK(j == 0 || keep[j] > keep[j - 1], Input, "EvictionPlan: layer ", il, " head ",
+                     h, ": keep indices must be strictly increasing, got ", keep[j - 1], " then ",
+                     keep[j], " at position ", j);
       }
     }
   }
@@ -105,8 +109,9 @@ void KvBookkeeping::register_tokens(const std::vector<TokenInfo>& tokens) {
 }
 
 const TokenInfo& KvBookkeeping::token(int32_t token_index) const {
-  TRIMKV_CHECK(token_index >= 0 && token_index < n_tokens(), Input, "KvBookkeeping::token: ",
-               token_index, " outside the ", n_tokens(), " registered tokens");
+  TRIMKV_CHECK(token_index >= 0 && token_index < n_tokens(), Input,
+               "KvBookkeeping::token: ", token_index, " outside the ", n_tokens(),
+               " registered tokens");
   return m_tokens[static_cast<size_t>(token_index)];
 }
 
@@ -235,8 +240,8 @@ void KvBookkeeping::check_invariants() const {
       ++blocks;
     }
   }
-  TRIMKV_ASSERT(blocks == m_pool.n_used(), blocks, " blocks owned by streams but ",
-                m_pool.n_used(), " in use");
+  TRIMKV_ASSERT(blocks == m_pool.n_used(), blocks, " blocks owned by streams but ", m_pool.n_used(),
+                " in use");
   TRIMKV_ASSERT(entries == m_total_entries, "total_entries ", m_total_entries, " != ", entries);
 }
 

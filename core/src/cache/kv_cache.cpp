@@ -52,27 +52,31 @@ void KvCache::refresh_views() {
 }
 
 void KvCache::append(int il, const at::Tensor& k, const at::Tensor& v,
-                     const std::vector<int32_t>& token_indices, const std::vector<float>& log_beta) {
+                     const std::vector<int32_t>& token_indices,
+                     const std::vector<float>& log_beta) {
   const KvGeometry& g = geometry();
   const int64_t n_new = static_cast<int64_t>(token_indices.size());
   TRIMKV_CHECK(k.defined() && v.defined(), Shape, "KvCache::append: k or v is undefined");
-  TRIMKV_CHECK(k.dim() == 3 && k.size(0) == n_new && k.size(1) == g.n_kv_head &&
-                   k.size(2) == g.head_dim,
-               Shape, "KvCache::append: layer ", il, ": k must be [n_new=", n_new,
-               ", n_kv_head=", g.n_kv_head, ", head_dim=", g.head_dim, "], got ", k.sizes());
+  TRIMKV_CHECK(
+      k.dim() == 3 && k.size(0) == n_new && k.size(1) == g.n_kv_head && k.size(2) == g.head_dim,
+      Shape, "KvCache::append: layer ", il, ": k must be [n_new=", n_new,
+      ", n_kv_head=", g.n_kv_head, ", head_dim=", g.head_dim, "], got ", k.sizes());
   TRIMKV_CHECK(v.sizes() == k.sizes(), Shape, "KvCache::append: layer ", il, ": v ", v.sizes(),
                " must match k ", k.sizes());
   TRIMKV_CHECK(k.device() == m_k.device() && v.device() == m_k.device(), Shape,
                "KvCache::append: k/v on ", k.device(), "/", v.device(), " but the cache is on ",
                m_k.device());
 
-  const std::vector<int32_t> slots = m_book.append(il, token_indices, log_beta);  // [n_new, n_kv_head]
+  const std::vector<int32_t> slots =
+      m_book.append(il, token_indices, log_beta);  // [n_new, n_kv_head]
   grow_storage();
   refresh_views();
   if (n_new == 0) return;
   const at::Tensor index = slots_to_index(slots, m_k.device());
-  m_k.view({-1, g.head_dim}).index_copy_(0, index, k.to(m_k.scalar_type()).reshape({-1, g.head_dim}));
-  m_v.view({-1, g.head_dim}).index_copy_(0, index, v.to(m_v.scalar_type()).reshape({-1, g.head_dim}));
+  m_k.view({-1, g.head_dim})
+      .index_copy_(0, index, k.to(m_k.scalar_type()).reshape({-1, g.head_dim}));
+  m_v.view({-1, g.head_dim})
+      .index_copy_(0, index, v.to(m_v.scalar_type()).reshape({-1, g.head_dim}));
 }
 
 ApplyResult KvCache::apply(const EvictionPlan& plan) {
@@ -105,8 +109,8 @@ void KvCache::clear() {
 
 kernels::PagedKvView KvCache::layer_view(int il) const {
   const KvGeometry& g = geometry();
-  TRIMKV_CHECK(il >= 0 && il < g.n_layer, Input, "KvCache::layer_view: layer ", il,
-               " outside [0, ", g.n_layer, ")");
+  TRIMKV_CHECK(il >= 0 && il < g.n_layer, Input, "KvCache::layer_view: layer ", il, " outside [0, ",
+               g.n_layer, ")");
   TRIMKV_CHECK(m_k.scalar_type() == at::kFloat && m_k.device().is_cpu(), Unsupported,
                "KvCache::layer_view: the CPU attention kernel needs float32 CPU pools, got ",
                m_k.scalar_type(), " on ", m_k.device());

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include "trimkv/core/error.h"
+#include "trimkv/kernels/linear.h"
 
 namespace trimkv {
 
@@ -53,9 +54,9 @@ at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t) {
 }
 
 at::Tensor gated_mlp(const at::Tensor& x, const at::Tensor& w_gate_up, const at::Tensor& w_down) {
-  at::Tensor gu = at::linear(x, w_gate_up);  // [n, 2*ffn]
+  at::Tensor gu = kernels::linear_auto(x, w_gate_up);  // [n, 2*ffn]
   const int64_t ffn = gu.size(-1) / 2;
-  return at::linear(at::silu(gu.narrow(-1, 0, ffn)) * gu.narrow(-1, ffn, ffn), w_down);
+  return kernels::linear_auto(at::silu(gu.narrow(-1, 0, ffn)) * gu.narrow(-1, ffn, ffn), w_down);
 }
 
 at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

@@ -9,6 +9,7 @@
 #include "trimkv/core/kv_cache.h"
 #include "trimkv/core/layers.h"
 #include "trimkv/core/weight_store.h"
+#include "trimkv/kernels/linear.h"
 #include "trimkv/kernels/paged_attention.h"
 
 namespace trimkv {
@@ -123,8 +124,7 @@ void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x
                               const RopeTables& rope, at::Tensor& q, at::Tensor& k,
                               at::Tensor& v) const {
   const int64_t n = x_norm.size(0), hd = m_cfg.head_dim, nq = m_cfg.n_head, nkv = m_cfg.n_kv_head;
-  at::Tensor qkv = lw.b_qkv.defined() ? at::linear(x_norm, lw.w_qkv, lw.b_qkv)
-                                      : at::linear(x_norm, lw.w_qkv);  // [n, (nq+2nkv)*hd]
+  at::Tensor qkv = kernels::linear_auto(x_norm, lw.w_qkv, lw.b_qkv);  // [n, (nq+2nkv)*hd]
   q = qkv.narrow(1, 0, nq * hd).view({n, nq, hd});
   k = qkv.narrow(1, nq * hd, nkv * hd).view({n, nkv, hd});
   v = qkv.narrow(1, (nq + nkv) * hd, nkv * hd).view({n, nkv, hd});
@@ -147,7 +147,7 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
     project_qkv(lw, h, rope, q, k, v);
     at::Tensor attn = dense_causal_attention(q, k, v, scale,
                                              logit_bias.empty() ? at::Tensor() : logit_bias[il]);
-    x = x + (lw.b_o.defined() ? at::linear(attn, lw.w_o, lw.b_o) : at::linear(attn, lw.w_o));
+    x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
     x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
   }
   return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
@@ -174,14 +174,14 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
     cache.append(static_cast<int>(il), k, v, token_indices, lb);
     at::Tensor attn = kernels::paged_attention(q, cache.layer_view(static_cast<int>(il)), scale)
                           .view({n, m_cfg.n_head * m_cfg.head_dim});
-    x = x + (lw.b_o.defined() ? at::linear(attn, lw.w_o, lw.b_o) : at::linear(attn, lw.w_o));
+    x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
     x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
   }
   return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
 }
 
 at::Tensor TextDecoder::logits(const at::Tensor& hidden) const {
-  return at::linear(hidden, m_w.lm_head);
+  return kernels::linear_auto(hidden, m_w.lm_head);
 }
 
 }  // namespace trimkv

@@ -25,9 +25,9 @@ char32_t last_char(std::string_view text) {
 
 }  // namespace
 
-void AddedVocabulary::Matcher::add(std::string pattern, const AddedToken* token) {
+void AddedVocabulary::Matcher::add(std::string pattern, size_t token_index) {
   if (pattern.empty()) return;  // an empty token would match everywhere; HF cannot use it either
-  m_buckets[static_cast<unsigned char>(pattern[0])].emplace_back(std::move(pattern), token);
+  m_buckets[static_cast<unsigned char>(pattern[0])].emplace_back(std::move(pattern), token_index);
   ++m_n_patterns;
 }
 
@@ -42,21 +42,17 @@ std::vector<AddedVocabulary::Matcher::Match> AddedVocabulary::Matcher::find_all(
   if (m_n_patterns == 0) return matches;
   size_t i = 0;
   while (i < text.size()) {
-    const Match* found = nullptr;
-    Match candidate{};
-    for (const auto& [pattern, token] : m_buckets[static_cast<unsigned char>(text[i])]) {
-      if (text.compare(i, pattern.size(), pattern) == 0) {  // longest first: the first hit wins
-        candidate = {i, i + pattern.size(), token};
-        found = &candidate;
-        break;
-      }
-    }
-    if (found) {
-      matches.push_back(candidate);
-      i = candidate.end;
-    } else {
+    const auto& bucket = m_buckets[static_cast<unsigned char>(text[i])];
+    // Longest first: the first pattern found at i is the longest match starting there.
+    const auto hit = std::find_if(bucket.begin(), bucket.end(), [&](const auto& candidate) {
+      return text.compare(i, candidate.first.size(), candidate.first) == 0;
+    });
+    if (hit == bucket.end()) {
       ++i;
+      continue;
     }
+    matches.push_back({i, i + hit->first.size(), hit->second});
+    i += hit->first.size();
   }
   return matches;
 }
@@ -83,14 +79,15 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& added_tokens, const Norma
     m_tokens.push_back(std::move(token));
   }
   for (size_t k = 0; k < m_tokens.size(); ++k) {
-    const AddedToken& token = m_tokens[k];
+    AddedToken& token = m_tokens[k];
+    token.token_string = token.normalized && normalizer ? normalizer->normalize(token.content) : token.content;
     m_by_id[token.id] = k;
     m_by_content[token.content] = token.id;
     m_max_id = std::max(m_max_id, token.id);
-    if (!token.normalized)
-      m_raw_matcher.add(token.content, &token);
+    if (token.normalized)
+      m_normalized_matcher.add(token.token_string, k);
     else
-      m_normalized_matcher.add(normalizer ? normalizer->normalize(token.content) : token.content, &token);
+      m_raw_matcher.add(token.content, k);
   }
   m_raw_matcher.finish();
   m_normalized_matcher.finish();
@@ -114,7 +111,7 @@ void AddedVocabulary::split_piece(std::string_view text, const Matcher& matcher,
   size_t start_offset = 0;
   for (const auto& match : matcher.find_all(text)) {
     size_t start = match.begin, stop = match.end;
-    const AddedToken& token = *match.token;
+    const AddedToken& token = m_tokens[match.token_index];
     if (token.single_word) {
       const bool start_space = start == 0 || !utf8::is_word_char(last_char(text.substr(0, start)));
       size_t k = stop;

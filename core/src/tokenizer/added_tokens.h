@@ -22,6 +22,9 @@ struct AddedToken {
   bool rstrip = false;       // absorb the whitespace after the match
   bool normalized = true;    // matched on normalized text (see AddedVocabulary)
   bool special = false;      // dropped by decode(skip_special_tokens)
+  // What id_to_token and decode see: content, normalized when `normalized` is set (HF keeps
+  // the normalized form in its id -> token map; token_to_id still takes the raw content).
+  std::string token_string;
 };
 
 // A piece of the input: either an added token (id >= 0; text is what it absorbed) or text
@@ -34,8 +37,8 @@ struct TextPiece {
 class AddedVocabulary {
  public:
   AddedVocabulary() = default;
-  // Throws Error Format naming `file` for a malformed entry. `normalizer` (may be null) is used
-  // to normalize the content of tokens with normalized == true; it must outlive nothing here.
+  // Throws Error Format naming `file` for a malformed entry. `normalizer` (may be null) gives
+  // the matched form of tokens with normalized == true; it is not kept.
   AddedVocabulary(const nlohmann::json& added_tokens, const Normalizer* normalizer, const std::string& file);
 
   // HF extract_and_normalize: (1) cut out tokens with normalized == false from the raw text;
@@ -53,25 +56,25 @@ class AddedVocabulary {
   // semantics): candidates bucketed by first byte, longest first.
   class Matcher {
    public:
-    void add(std::string pattern, const AddedToken* token);
+    void add(std::string pattern, size_t token_index);
     void finish();  // sorts buckets; call once after the last add
     bool empty() const { return m_n_patterns == 0; }
-    // Non-overlapping leftmost-longest matches: (begin, end, token).
+    // Non-overlapping leftmost-longest matches: [begin, end) and the index of the token.
     struct Match {
       size_t begin, end;
-      const AddedToken* token;
+      size_t token_index;
     };
     std::vector<Match> find_all(std::string_view text) const;
 
    private:
-    std::vector<std::pair<std::string, const AddedToken*>> m_buckets[256];
+    std::vector<std::pair<std::string, size_t>> m_buckets[256];  // by first byte: (pattern, token index)
     size_t m_n_patterns = 0;
   };
 
   // HF find_matches + split_with_indices for one piece: applies single_word / lstrip / rstrip.
   void split_piece(std::string_view text, const Matcher& matcher, std::vector<TextPiece>& out) const;
 
-  std::vector<AddedToken> m_tokens;  // file order; never resized after construction
+  std::vector<AddedToken> m_tokens;  // file order; matchers refer to tokens by index
   std::unordered_map<int32_t, size_t> m_by_id;
   std::unordered_map<std::string, int32_t> m_by_content;
   Matcher m_raw_matcher;         // tokens with normalized == false, on raw text

@@ -108,15 +108,15 @@ class ByteLevelPreTokenizer final : public PreTokenizer {
   bool m_add_prefix_space, m_use_regex;
 };
 
-// Split on a regex or a literal string.
+// Split on a regex or a literal string (compiled as an escaped regex, like HF).
 class SplitPreTokenizer final : public PreTokenizer {
  public:
-  SplitPreTokenizer(std::unique_ptr<Regex> regex, std::string literal, SplitBehavior behavior, bool invert)
-      : m_regex(std::move(regex)), m_literal(std::move(literal)), m_behavior(behavior), m_invert(invert) {}
+  SplitPreTokenizer(std::unique_ptr<Regex> regex, SplitBehavior behavior, bool invert)
+      : m_regex(std::move(regex)), m_behavior(behavior), m_invert(invert) {}
 
   void pre_tokenize(std::vector<std::string>& pieces) const override {
     split_each(pieces, [&](const std::string& piece, std::vector<std::string>& out) {
-      auto spans = spans_from_matches(find(piece), piece.size());
+      auto spans = spans_from_matches(m_regex->find_all(piece), piece.size());
       if (m_invert)
         for (auto& s : spans) s.is_match = !s.is_match;
       split_by_behavior(piece, std::move(spans), m_behavior, out);
@@ -124,18 +124,7 @@ class SplitPreTokenizer final : public PreTokenizer {
   }
 
  private:
-  std::vector<std::pair<size_t, size_t>> find(std::string_view text) const {
-    if (m_regex) return m_regex->find_all(text);
-    std::vector<std::pair<size_t, size_t>> matches;
-    if (m_literal.empty()) return matches;
-    for (size_t pos = text.find(m_literal); pos != std::string_view::npos;
-         pos = text.find(m_literal, pos + m_literal.size()))
-      matches.emplace_back(pos, pos + m_literal.size());
-    return matches;
-  }
-
-  std::unique_ptr<Regex> m_regex;  // null: split on m_literal
-  std::string m_literal;
+  std::unique_ptr<Regex> m_regex;
   SplitBehavior m_behavior;
   bool m_invert;
 };
@@ -203,16 +192,15 @@ std::unique_ptr<PreTokenizer> make_pre_tokenizer(const nlohmann::json& spec, con
   if (type == "Digits") return std::make_unique<DigitsPreTokenizer>(flag(spec, "individual_digits", false));
   if (type == "Split") {
     const auto& pattern = spec.at("pattern");
-    std::unique_ptr<Regex> regex;
-    std::string literal;
+    std::string regex;
     if (pattern.contains("Regex")) {
-      regex = std::make_unique<Regex>(pattern.at("Regex").get<std::string>(), file);
+      regex = pattern.at("Regex").get<std::string>();
     } else {
       TRIMKV_CHECK(pattern.contains("String"), Format, file,
                    ": Split pattern must be {\"Regex\": ...} or {\"String\": ...}");
-      literal = pattern.at("String").get<std::string>();
+      regex = Regex::escape(pattern.at("String").get<std::string>());
     }
-    return std::make_unique<SplitPreTokenizer>(std::move(regex), std::move(literal),
+    return std::make_unique<SplitPreTokenizer>(std::make_unique<Regex>(regex, file),
                                                parse_behavior(spec.at("behavior").get<std::string>(), file),
                                                flag(spec, "invert", false));
   }

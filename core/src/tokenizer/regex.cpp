@@ -1,5 +1,7 @@
 #include "tokenizer/regex.h"
 
+#include <algorithm>
+#include <cctype>
 #include <memory>
 
 #include "tokenizer/utf8.h"
@@ -30,12 +32,14 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
       pcre2_match_data_create_from_pattern(m_code, nullptr), &pcre2_match_data_free);
   TRIMKV_CHECK(data != nullptr, Internal, "pcre2: out of memory");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t start = 0;
-  while (start <= text.size()) {
+  size_t search_from = 0;
+  bool has_last_end = false;
+  size_t last_end = 0;  // end of the last reported match
+  while (search_from <= text.size()) {
     // Input was validated once by the caller; re-checking at every offset would be quadratic.
-    int rc = pcre2_match(m_code, subject, text.size(), start, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
+    int rc = pcre2_match(m_code, subject, text.size(), search_from, PCRE2_NO_UTF_CHECK, data.get(), nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // the interpreter keeps its frames on the heap
-      rc = pcre2_match(m_code, subject, text.size(), start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
+      rc = pcre2_match(m_code, subject, text.size(), search_from, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
                        data.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
@@ -44,16 +48,30 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
       TRIMKV_FAIL(Input, "regex '", m_pattern, "' failed: ", reinterpret_cast<const char*>(message));
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
-    const size_t begin = ovector[0], end = ovector[1];
-    if (end > begin) {
-      matches.emplace_back(begin, end);
-      start = end;
-    } else {
-      if (begin >= text.size()) break;
-      start = begin + utf8::char_length(static_cast<unsigned char>(text[begin]));
+    const size_t begin = ovector[0], end = std::max(ovector[0], ovector[1]);
+    if (begin == end && has_last_end && last_end == end) {
+      // onig's FindMatches: an empty match right where the last match ended is skipped and the
+      // search moves on by one character (this is what stops the loop on empty matches).
+      if (search_from >= text.size()) break;
+      search_from += utf8::char_length(static_cast<unsigned char>(text[search_from]));
+      continue;
     }
+    matches.emplace_back(begin, end);
+    search_from = end;
+    last_end = end;
+    has_last_end = true;
   }
   return matches;
+}
+
+std::string Regex::escape(std::string_view literal) {
+  std::string pattern;
+  for (const char c : literal) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x80 && !std::isalnum(u)) pattern += '\\';  // PCRE2: \ + any ASCII symbol is literal
+    pattern += c;
+  }
+  return pattern;
 }
 
 }  // namespace trimkv

@@ -21,10 +21,14 @@ class Regex {
   Regex& operator=(const Regex&) = delete;
 
   // Non-overlapping matches [begin, end) from left to right, each search starting where the
-  // previous match ended (with the whole text visible to look-around). Empty matches are not
-  // reported (the search then moves on by one character): pieces they would delimit are empty
-  // and HF drops empty pieces. Precondition: text is valid UTF-8. Thread-safe.
+  // previous match ended (with the whole text visible to look-around), exactly as the Rust onig
+  // crate's find_iter: an empty match is reported unless it sits where the previous match
+  // ended, in which case the search moves on by one character. Precondition: text is valid
+  // UTF-8. Thread-safe.
   std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+
+  // A pattern matching `literal` verbatim (what HF's regex::escape is used for).
+  static std::string escape(std::string_view literal);
 
  private:
   pcre2_code* m_code = nullptr;  // owned

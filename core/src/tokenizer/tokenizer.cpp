@@ -34,7 +34,7 @@ nlohmann::json parse_json(const std::string& path) {
 bool file_exists(const std::string& path) { return std::ifstream(path).good(); }
 
 // A token field of tokenizer_config.json: "text", null, or {"content": "text", ...}.
-std::string token_string(const nlohmann::json& config, const char* key) {
+std::string config_token(const nlohmann::json& config, const char* key) {
   const auto it = config.find(key);
   if (it == config.end() || it->is_null()) return {};
   if (it->is_string()) return it->get<std::string>();
@@ -92,10 +92,10 @@ Tokenizer Tokenizer::from_folder(const std::string& dir) {
   TRIMKV_CHECK(config.is_object(), Format, config_path, ": expected a JSON object");
   TokenizerConfig& c = impl->config;
   try {
-    c.bos_token = token_string(config, "bos_token");
-    c.eos_token = token_string(config, "eos_token");
-    c.pad_token = token_string(config, "pad_token");
-    c.unk_token = token_string(config, "unk_token");
+    c.bos_token = config_token(config, "bos_token");
+    c.eos_token = config_token(config, "eos_token");
+    c.pad_token = config_token(config, "pad_token");
+    c.unk_token = config_token(config, "unk_token");
     c.add_bos_token = optional_flag(config, "add_bos_token");
     c.add_eos_token = optional_flag(config, "add_eos_token");
     const auto it = config.find("chat_template");

@@ -27,7 +27,7 @@ struct Tokenizer::Impl {
 
   // The token string of id (added tokens first, as HF), nullptr if the id has none.
   const std::string* token_of(int32_t id) const {
-    if (const AddedToken* added_token = added.find(id)) return &added_token->content;
+    if (const AddedToken* added_token = added.find(id)) return &added_token->token_string;
     return model->id_to_token(id);
   }
   bool is_special(int32_t id) const {

@@ -19,7 +19,8 @@ class BlockPool {
   // Free blocks are handed out lowest id first after a growth, most recently released first
   // otherwise. Deterministic.
   Allocation allocate();
-  // Returns a used block to the pool. Releasing a free or unknown id is a bug (ErrorKind::Internal).
+  // Returns a used block to the pool. Releasing a free or unknown id is a bug
+  // (ErrorKind::Internal).
   void release(int32_t block_id);
   // Releases every block; capacity is kept.
   void release_all();
@@ -36,8 +37,8 @@ class BlockPool {
  private:
   void grow_to(int32_t capacity);
 
-  std::vector<uint8_t> m_used;   // [capacity] 1 if allocated
-  std::vector<int32_t> m_free;   // stack of free ids; back() is handed out next
+  std::vector<uint8_t> m_used;  // [capacity] 1 if allocated
+  std::vector<int32_t> m_free;  // stack of free ids; back() is handed out next
   int32_t m_n_used = 0;
   int32_t m_peak_used = 0;
 };

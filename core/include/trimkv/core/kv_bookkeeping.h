@@ -26,8 +26,8 @@ struct ApplyResult {
   // In the order given, dst_slot <= src_slot within a stream and no move reads a slot an earlier
   // move wrote, so executing them one by one in place is safe (so is gather-then-scatter).
   std::vector<SlotMove> moves;
-  int64_t n_evicted = 0;        // entries dropped
-  int32_t n_blocks_freed = 0;   // tail blocks returned to the pool
+  int64_t n_evicted = 0;       // entries dropped
+  int32_t n_blocks_freed = 0;  // tail blocks returned to the pool
 };
 
 class KvBookkeeping {
@@ -82,7 +82,7 @@ class KvBookkeeping {
 
   KvGeometry m_geometry;
   BlockPool m_pool;
-  std::vector<Stream> m_streams;  // [n_layer * n_kv_head], index il * n_kv_head + h
+  std::vector<Stream> m_streams;    // [n_layer * n_kv_head], index il * n_kv_head + h
   std::vector<TokenInfo> m_tokens;  // [n_tokens], token_index -> info
   int64_t m_total_entries = 0;
 };

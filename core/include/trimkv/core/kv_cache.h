@@ -54,8 +54,8 @@ class KvCache {
   kernels::PagedKvView layer_view(int il) const;
 
   // Gathered copies of head h of layer il in cache order.
-  at::Tensor keys(int il, int h) const;    // [length, head_dim]
-  at::Tensor values(int il, int h) const;  // [length, head_dim]
+  at::Tensor keys(int il, int h) const;             // [length, head_dim]
+  at::Tensor values(int il, int h) const;           // [length, head_dim]
   const at::Tensor& k_pool() const { return m_k; }  // [capacity_blocks, block_size, head_dim]
   const at::Tensor& v_pool() const { return m_v; }  // [capacity_blocks, block_size, head_dim]
 

@@ -18,10 +18,10 @@ struct TokenInfo {
   int32_t token_index = 0;    // sequential, 0-based; == the position in the stream
   int32_t rope_position = 0;  // the position RoPE used (M-RoPE: the temporal component)
   Modality modality = Modality::Text;
-  int16_t turn = 0;           // conversation turn the token belongs to
-  int16_t image_id = -1;      // -1: not part of an image
-  int16_t tile = 0;           // tile of the image (families that tile), else 0
-  int16_t patch_row = 0;      // patch grid position inside the image / tile
+  int16_t turn = 0;       // conversation turn the token belongs to
+  int16_t image_id = -1;  // -1: not part of an image
+  int16_t tile = 0;       // tile of the image (families that tile), else 0
+  int16_t patch_row = 0;  // patch grid position inside the image / tile
   int16_t patch_col = 0;
 };
 

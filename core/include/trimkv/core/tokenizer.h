@@ -10,6 +10,11 @@
 //
 // The pipeline is the one of the Rust `tokenizers` crate, so ids match HF bit for bit:
 //   split on added tokens -> normalizer (per piece) -> pre-tokenizer -> BPE -> post-processor.
+// Added tokens with normalized == false are cut out of the raw text first; those with
+// normalized == true (typically non-special ones) are then matched, in their normalized form,
+// on the normalized text between them (so under NFC "cafe\u0301" matches an added "café").
+// Leftmost match wins, the longest among those starting at the same byte; lstrip / rstrip
+// absorb adjacent Unicode whitespace into the token; single_word requires non-word neighbours.
 //
 // Thread safety: a Tokenizer is an immutable value handle (cheap to copy, shares its tables);
 // every const method may be called from several threads at once (the BPE word cache is

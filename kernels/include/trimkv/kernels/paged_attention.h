@@ -41,15 +41,15 @@ struct PagedKvView {
 // Raw parameters of one attention call. Strides are in elements; the head_dim axis of q and out
 // is unit-stride.
 struct PagedAttentionParams {
-  const float* q = nullptr;  // [n_q, n_head, head_dim]
-  int64_t q_row_stride = 0;  // elements between query rows
-  int64_t q_head_stride = 0; // elements between query heads
-  float* out = nullptr;      // [n_q, n_head, head_dim], fully written
+  const float* q = nullptr;   // [n_q, n_head, head_dim]
+  int64_t q_row_stride = 0;   // elements between query rows
+  int64_t q_head_stride = 0;  // elements between query heads
+  float* out = nullptr;       // [n_q, n_head, head_dim], fully written
   int64_t out_row_stride = 0;
   int64_t out_head_stride = 0;
   int n_q = 0;
-  int n_head = 0;            // query heads; a multiple of kv.n_kv_head
-  float scale = 1.0f;        // multiplies q·k before the softmax (usually 1/sqrt(head_dim))
+  int n_head = 0;      // query heads; a multiple of kv.n_kv_head
+  float scale = 1.0f;  // multiplies q·k before the softmax (usually 1/sqrt(head_dim))
   PagedKvView kv;
   // Optional attention statistics (nullable): attn_sum[h * attn_sum_stride + e] receives, for KV
   // head h and entry e < lengths[h], the softmax weight of e summed over all query rows and all

@@ -1,0 +1,38 @@
+// y = x W^T (+ b) for a few rows of x: the decode-time matrix-vector products of the decoder.
+//
+// Why a kernel of our own: decode reads every weight once per token, so it is bound by memory
+// bandwidth; a BLAS library that does not recognise the CPU (OpenBLAS on a masked CPU model
+// falls back to its generic SSE3 kernels) leaves much of that bandwidth unused. This kernel is
+// compiled for AVX-512, AVX2 and baseline x86-64 and picks the best at run time
+// (function multi-versioning), and splits the output rows over threads with at::parallel_for.
+// Larger batches (prefill) go to a GEMM (see linear_gemm).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace trimkv::kernels {
+
+// Rows of x up to which linear_rows() is used by linear_auto().
+constexpr int64_t kSmallBatchRows = 4;
+
+// Raw view: x [n, in] (row stride x_stride), w [out, in] contiguous, b [out] or null,
+// y [n, out] (row stride y_stride). No validation.
+void linear_rows_cpu(const float* x, int64_t x_stride, const float* w, const float* b, float* y,
+                     int64_t y_stride, int64_t n, int64_t in, int64_t out);
+
+// Validating launcher: x [n, in] float32 CPU (unit stride in the last axis), w [out, in]
+// contiguous float32, b [out] or undefined. Returns y [n, out].
+at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+
+// Matrix-matrix product for prefill-sized batches: oneDNN's sgemm when the build found oneDNN
+// (it dispatches on the CPU's instruction sets, not its model name), at::linear otherwise.
+// Same contract as linear_rows(); no autograd.
+at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+bool have_fast_gemm();  // whether linear_gemm() uses oneDNN
+
+// Without autograd: linear_rows() for n <= kSmallBatchRows rows, linear_gemm() above;
+// with autograd (training): at::linear.
+at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+
+}  // namespace trimkv::kernels

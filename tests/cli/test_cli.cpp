@@ -1,0 +1,118 @@
+// The `trimkv` command line as a user runs it: output formats, exit codes, error messages.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "test_util.h"
+#include "trimkv/core/tokenizer.h"
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Run run_cli(const std::vector<std::string>& args) {
+  trimkv::test::ScratchDir dir("cli");
+  std::string cmd = quote(TRIMKV_CLI_PATH);
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " 2>" + quote(dir.file("err")) + " </dev/null";
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = trimkv::test::read_bytes(dir.file("err"));
+  return r;
+}
+
+const std::string kModel = trimkv::test::model_dir("llama_gqa");
+
+// A user error: non-zero exit, one message naming `what`, no crash output.
+void require_clean_error(const Run& r, const std::string& what) {
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code != 0);
+  REQUIRE(r.code != -1);
+  REQUIRE_THAT(r.err, Catch::Contains(what));
+  REQUIRE_THAT(r.err, !Catch::Contains("terminate called") && !Catch::Contains("Exception raised from"));
+}
+
+}  // namespace
+
+TEST_CASE("trimkv --help lists the commands and each command has --help", "[cli]") {
+  Run r = run_cli({"--help"});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("info") && Catch::Contains("tokenize") && Catch::Contains("generate"));
+  for (const char* c : {"info", "tokenize", "generate"}) {
+    Run h = run_cli({c, "--help"});
+    REQUIRE(h.code == 0);
+    REQUIRE_THAT(h.out, Catch::Contains("--model"));
+  }
+}
+
+TEST_CASE("trimkv info --json reports the architecture and sizes", "[cli]") {
+  Run r = run_cli({"info", "--model", kModel, "--json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["architecture"] == "LlamaForCausalLM");
+  REQUIRE(j["layers"] == 2);
+  REQUIRE(j["kv_heads"] == 2);
+  REQUIRE(j["dtype"] == "F32");
+  REQUIRE(j["tokenizer"] == true);
+}
+
+TEST_CASE("trimkv tokenize prints the tokenizer's ids as JSON", "[cli]") {
+  const std::string text = "Hello  world 123 \xe2\x9c\x93";
+  Run r = run_cli({"tokenize", "--model", kModel, "--text", text});
+  REQUIRE(r.code == 0);
+  auto ids = nlohmann::json::parse(r.out).get<std::vector<int32_t>>();
+  REQUIRE(ids == trimkv::Tokenizer::from_folder(kModel).encode(text));
+}
+
+TEST_CASE("trimkv generate --json reproduces the oracle's greedy continuation", "[cli]") {
+  auto expected = trimkv::test::read_json(kModel + "/expected.json");
+  std::string ids;
+  for (int id : expected["prompts"][0]) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  Run r = run_cli({"generate", "--model", kModel, "--prompt-ids", ids, "--max-new-tokens", "32",
+                   "--ignore-eos", "--json"});
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  for (const char* key : {"tokens", "text", "prompt_tokens", "kv_entries", "kv_bytes", "prefill_ms", "decode_ms"})
+    REQUIRE(j.contains(key));
+  REQUIRE(j["tokens"] == expected["greedy"][0]);
+  REQUIRE(j["prompt_tokens"] == expected["prompts"][0].size());
+  // 6 prompt + 31 generated tokens cached, x 2 layers x 2 KV heads, 16 floats K + 16 V each.
+  REQUIRE(j["kv_entries"] == 37 * 2 * 2);
+  REQUIRE(j["kv_bytes"] == 37 * 2 * 2 * 2 * 16 * 4);
+}
+
+TEST_CASE("trimkv generate streams text from a text prompt", "[cli]") {
+  Run r = run_cli({"generate", "--model", kModel, "--prompt", "Hello", "--max-new-tokens", "8",
+                   "--temperature", "0.8", "--top-p", "0.9", "--seed", "3"});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.err, Catch::Contains("8 generated"));
+}
+
+TEST_CASE("trimkv reports bad input with a message and an exit code", "[cli][bad-input]") {
+  require_clean_error(run_cli({"info", "--model", "/nonexistent/model"}), "/nonexistent/model");
+  require_clean_error(run_cli({"frobnicate"}), "unknown command 'frobnicate'");
+  require_clean_error(run_cli({"generate", "--model", kModel, "--bogus", "1"}), "--bogus");
+  require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,x,3"}), "'x'");
+  require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2", "--temperature", "-1"}),
+                      "temperature");
+  require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,999999"}), "999999");
+  require_clean_error(run_cli({"generate", "--model", kModel}), "--prompt");
+  require_clean_error(run_cli({"tokenize", "--model", kModel}), "--text");
+  REQUIRE(run_cli({"generate", "--model", kModel, "--bogus"}).code == 2);
+}
