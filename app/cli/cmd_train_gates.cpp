@@ -1,0 +1,139 @@
+// `trimkv train-gates`: fits retention gates to a frozen model (METHOD.md §3).
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "commands.h"
+#include "trimkv/core/train_gates.h"
+
+namespace trimkv::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint_train(int) { g_stop.store(true); }
+
+std::string duration(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
+}
+
+}  // namespace
+
+int cmd_train_gates(int argc, char** argv, int first) {
+  const std::vector<OptionSpec> specs = {
+      {"model", "DIR", "checkpoint folder of the frozen model"},
+      {"data", "FILE.jsonl", "training data: {\"text\": ...} or {\"images\": [...], \"turns\": [{\"text\", \"answer\"}]} per line"},
+      {"out", "FILE", "gates file to write (e.g. DIR/retention_gates.safetensors)"},
+      {"kind", "K", "dbtrimkv (default: tied output, global capacity) or trimkv (per-head)"},
+      {"untied", "", "DBTrimKV ablation: per-layer output projection and bias"},
+      {"gate-hidden", "N", "gate MLP width (default 512)"},
+      {"budget", "M", "training budget per KV head (default 32)"},
+      {"capacity", "MODE", "global | per-head (default: global for dbtrimkv, per-head for trimkv)"},
+      {"lambda", "L", "weight of the capacity loss (default 1)"},
+      {"reverse-kl", "", "use KL(student || teacher) instead of KL(teacher || student)"},
+      {"steps", "N", "optimiser steps (default 1000)"},
+      {"batch", "N", "sequences per step (default 1)"},
+      {"lr", "LR", "peak learning rate (default 2e-4)"},
+      {"min-lr", "LR", "floor of the cosine decay (default 1e-6)"},
+      {"warmup", "N", "warm-up steps (default 5% of --steps)"},
+      {"weight-decay", "W", "AdamW weight decay (default 1e-6)"},
+      {"clip", "C", "gradient-norm clip (default 1)"},
+      {"bias-init", "B", "initial output bias (default 18: nothing forgotten at the start)"},
+      {"max-len", "N", "longest sequence; longer ones are truncated from the left (default 1024)"},
+      {"seed", "S", "seed for the gate init and the data order (default 0)"},
+      {"checkpoint", "FILE", "checkpoint file (default: OUT.ckpt)"},
+      {"checkpoint-every", "N", "write a checkpoint every N steps (default 100; 0 = only at the end)"},
+      {"resume", "", "continue from the checkpoint (same options, model and data required)"},
+      {"threads", "N", "CPU threads (default: all cores; keep it fixed across --resume)"},
+      {"json", "", "print progress as one JSON object per step"},
+      {"help", "", "show this help"},
+  };
+  Args args("train-gates", specs, argc, argv, first);
+  if (args.flag("help")) {
+    std::cout << Args::usage("train-gates", "Train retention gates (TrimKV / DBTrimKV) on a frozen model.", specs);
+    return 0;
+  }
+  TrainOptions o;
+  o.model_dir = args.require("model");
+  o.data_path = args.require("data");
+  o.out_path = args.require("out");
+  o.kind = parse_gate_kind(args.get("kind", "dbtrimkv"));
+  o.untied = args.flag("untied");
+  o.gate_hidden = args.get_int("gate-hidden", 512);
+  o.budget = args.get_double("budget", 32);
+  o.capacity = args.has("capacity") ? parse_capacity_mode(args.get("capacity")) : default_capacity_mode(o.kind);
+  o.lambda = args.get_double("lambda", 1.0);
+  o.reverse_kl = args.flag("reverse-kl");
+  o.steps = args.get_int("steps", 1000);
+  o.batch = args.get_int("batch", 1);
+  o.lr = args.get_double("lr", 2e-4);
+  o.min_lr = args.get_double("min-lr", 1e-6);
+  o.warmup = args.get_int("warmup", -1);
+  o.weight_decay = args.get_double("weight-decay", 1e-6);
+  o.clip = args.get_double("clip", 1.0);
+  o.bias_init = args.get_double("bias-init", 18.0);
+  o.max_len = args.get_int("max-len", 1024);
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  o.checkpoint_path = args.get("checkpoint");
+  o.checkpoint_every = args.get_int("checkpoint-every", 100);
+  o.resume = args.flag("resume");
+  o.threads = args.get_int("threads", 0);
+  if (o.untied && o.kind != GateKind::DBTrimKV) throw UsageError("--untied applies to --kind dbtrimkv only");
+  const bool json = args.flag("json");
+  const bool tty = isatty(fileno(stderr));
+
+  g_stop.store(false);
+  std::signal(SIGINT, on_sigint_train);
+  auto on_warning = [](const std::string& w) { std::cerr << "warning: " << w << "\n"; };
+  auto on_setup = [&](const TrainSetup& s) {
+    std::cerr << "train-gates: " << s.n_samples << " sequences from " << s.n_lines << " lines ("
+              << s.n_warnings << " skipped or altered), " << gate_kind_name(o.kind) << " gates with "
+              << s.gate_parameters << " parameters, budget " << o.budget << " per head ("
+              << capacity_mode_name(o.capacity) << "), " << o.steps << " steps"
+              << (o.resume ? ", resuming" : "") << "\n";
+  };
+  auto on_progress = [&](const TrainProgress& p) {
+    if (json) {
+      nlohmann::json j = {{"step", p.step},       {"steps", p.total_steps}, {"loss", p.loss},
+                          {"nll", p.nll},         {"kl", p.kl},             {"cap", p.cap},
+                          {"lr", p.lr},           {"grad_norm", p.grad_norm},
+                          {"capacity_ratio", p.capacity_ratio},
+                          {"tokens_per_s", p.tokens_per_s}, {"eta_s", p.eta_s},
+                          {"checkpointed", p.checkpointed}};
+      std::cout << j.dump() << "\n" << std::flush;
+      return;
+    }
+    constexpr int kWidth = 24;
+    const int filled = static_cast<int>(kWidth * p.step / std::max<int64_t>(1, p.total_steps));
+    char line[320];
+    std::snprintf(line, sizeof line,
+                  "[%s%s] %lld/%lld  loss %.4f (nll %.4f kl %.4f cap %.4f)  S/M %.2f  lr %.2e  %.0f tok/s  ETA %s%s",
+                  std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                  static_cast<long long>(p.step), static_cast<long long>(p.total_steps), p.loss, p.nll, p.kl,
+                  p.cap, p.capacity_ratio, p.lr, p.tokens_per_s, duration(p.eta_s).c_str(),
+                  p.checkpointed ? "  [checkpoint]" : "");
+    std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
+  };
+  const TrainResult r = train_gates(o, on_warning, on_setup, on_progress, &g_stop);
+  std::signal(SIGINT, SIG_DFL);
+  if (tty && !json) std::cerr << "\n";
+  if (r.interrupted) {
+    std::cerr << "train-gates: interrupted at step " << r.steps_done << "; checkpoint written to '"
+              << r.checkpoint_path << "' (continue with the same options and --resume)\n";
+    return 130;
+  }
+  std::cerr << "train-gates: " << r.steps_done << " steps done; gates written to '" << r.out_path
+            << "', checkpoint '" << r.checkpoint_path << "'\n";
+  return 0;
+}
+
+}  // namespace trimkv::cli

@@ -1,0 +1,147 @@
+// Training retention gates on a frozen model (METHOD.md §3).
+//
+//   student: the dense decoder path with retention-gated attention (logit_{t,i} += (t-i)·log β_i,
+//            t, i sequential indices), autograd through the gates only;
+//   teacher: the same decoder, plain attention, under no-grad;
+//   loss   = ½·(NLL of the label tokens + KL(p_teacher ‖ q_student) averaged over label tokens)
+//            + λ·L_cap,
+//   L_cap  : per-head (TrimKV) r_{l,h,t} = max(0, (S_{l,h,t} - M) / max(t - M, 1)), or global
+//            (DBTrimKV) r_t = max(0, (S^g_t - M·L·H) / max(t·L·H - M·L·H, 1)), with
+//            S_{l,h,t} = Σ_{i<=t} β_{l,h,i}^(t-i) and t the 0-based position (as the reference,
+//            which divides by position_ids - M); L_cap = mean of r over the terms with r > 0
+//            (0 when there are none).
+// The optimiser is AdamW (β1 0.9, β2 0.999, ε 1e-8, decoupled weight decay, as torch.optim.AdamW)
+// with linear warm-up then cosine decay to a floor, and global grad-norm clipping; its state is
+// plain float32 tensors, saved in checkpoints so --resume continues bit for bit.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/retention_gates.h"
+#include "trimkv/core/text_model.h"
+#include "trimkv/core/train_gates.h"
+
+namespace trimkv {
+
+// ---------------------------------------------------------------------------------------------
+// The loss, as functions (tested against a Python implementation and by finite differences).
+
+// S_{l,h,t} from each layer's log β [n, n_kv] -> [L, n_kv, n]. Differentiable.
+at::Tensor retention_capacity(const std::vector<at::Tensor>& log_beta);
+
+// L_cap of `capacity` [L, n_kv, n] for budget M per head (scalar tensor).
+at::Tensor capacity_loss(const at::Tensor& capacity, double budget, CapacityMode mode);
+
+struct QualityTerms {
+  at::Tensor nll;  // mean over label tokens of -log q_student(label)
+  at::Tensor kl;   // mean over label tokens of KL(p_teacher ‖ q_student) (or the reverse)
+};
+// student_logits, teacher_logits: [n, vocab]; targets: [n] int64 (the token each position
+// predicts); mask: [n] bool (positions whose target is a label). At least one mask entry set.
+QualityTerms quality_loss(const at::Tensor& student_logits, const at::Tensor& teacher_logits,
+                          const at::Tensor& targets, const at::Tensor& mask, bool reverse_kl = false);
+
+struct GateLossOptions {
+  double budget = 32;  // M per head
+  CapacityMode capacity = CapacityMode::Global;
+  double lambda = 1.0;
+  bool reverse_kl = false;
+};
+
+struct GateLoss {
+  at::Tensor total, nll, kl, cap;  // scalars; `total` carries the graph
+  at::Tensor capacity;             // [L, n_kv, n] detached S
+  int64_t n_label = 0;
+};
+
+// One sequence. x: [n, d] input embeddings (text embeddings and/or media features), targets/mask
+// as in quality_loss. The teacher pass runs inside (no-grad); logits are computed for the masked
+// positions only.
+GateLoss gate_loss(const TextDecoder& decoder, const RetentionGates& gates, const at::Tensor& x,
+                   const at::Tensor& targets, const at::Tensor& mask, const GateLossOptions& options);
+
+// ---------------------------------------------------------------------------------------------
+// Data.
+
+// One training sequence: token ids and, per position, whether that token is a label (an answer
+// token the model must predict from what precedes it).
+struct TrainingSample {
+  int64_t line = 0;                 // 1-based line of the dataset file
+  std::vector<int32_t> ids;         // [n]
+  std::vector<uint8_t> is_label;    // [n]; is_label[0] is always 0
+  std::vector<std::string> images;  // image paths (resolved against the dataset's folder)
+  bool truncated = false;
+};
+
+// Turns the images of a sample into input embeddings (vision tower + projector, frozen; computed
+// once per sample). Implemented by vision/ for VLM families; text models have none.
+class SampleMediaEncoder {
+ public:
+  virtual ~SampleMediaEncoder() = default;
+  // ids/labels of `sample` may be rewritten (image placeholders expanded); returns [n, d] input
+  // embeddings for the rewritten ids.
+  virtual at::Tensor embed(TrainingSample& sample) const = 0;
+};
+
+struct DatasetOptions {
+  int64_t max_len = 1024;  // longer sequences are truncated from the left (warning)
+  bool has_vision = false; // whether a SampleMediaEncoder is available
+};
+
+struct Dataset {
+  std::vector<TrainingSample> samples;
+  std::vector<std::string> warnings;  // one per skipped or altered line, naming the line
+  int64_t n_lines = 0;
+  std::string fingerprint;            // FNV-1a of the file's bytes (hex), for resume checks
+};
+
+// Reads a JSONL file. Each line is one of
+//   {"text": "..."}                                   plain text, every token after the first is a label
+//   {"images": [...], "turns": [{"text": "...", "answer": "..."}, ...]}   conversation
+// and, for tokenizer-free use, per turn "text_ids" / "answer_ids" (arrays of token ids) instead
+// of "text" / "answer", or {"ids": [...]} instead of "text". A conversation is laid out as
+// text_1 "\n" answer_1 <eos> text_2 "\n" answer_2 <eos> ...; labels are the answer tokens and the
+// <eos> after them. (The model's chat template is not applied yet: see README.)
+// Bad lines (not JSON, no usable field, empty answer, missing image, images without a vision
+// tower, ids outside the vocabulary, no label left after truncation) are skipped with a warning
+// naming the line; Error{Io} only when the file cannot be read, Error{Input} when no line is usable.
+Dataset load_dataset(const std::string& path, const TextModel& model, const DatasetOptions& options);
+
+// ---------------------------------------------------------------------------------------------
+// The trainer.
+
+class GateTrainer {
+ public:
+  // Loads nothing itself: `model`, `data` and `media` (null for text models) are borrowed and
+  // must outlive the trainer. Samples with images need `media`.
+  GateTrainer(const TextModel& model, const Dataset& data, TrainOptions options,
+              const SampleMediaEncoder* media = nullptr);
+  ~GateTrainer();
+
+  // Starts fresh, or continues from options.checkpoint_path when options.resume (refused with
+  // Error{Input} listing the differences when the checkpoint was made with another
+  // configuration, model or dataset). `cancel` is polled between steps: when set, a checkpoint
+  // is written and run() returns with interrupted = true.
+  TrainResult run(const std::function<void(const TrainProgress&)>& on_progress = {},
+                  const std::atomic<bool>* cancel = nullptr);
+
+  const RetentionGates& gates() const;
+  int64_t step() const;
+  // The learning rate used at step s (1-based).
+  double lr_at(int64_t s) const;
+
+  void save_checkpoint(const std::string& path) const;
+  void load_checkpoint(const std::string& path);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace trimkv

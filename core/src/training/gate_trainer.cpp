@@ -1,0 +1,349 @@
+// GateTrainer: AdamW over the gate parameters, schedule, checkpoints and resume.
+//
+// Bit-exact resume: everything a step depends on is either derived from the configuration
+// (the data order: a Fisher-Yates permutation per epoch from mt19937_64(seed, epoch)) or stored
+// in the checkpoint as exact float32 / integer values (gate weights, AdamW moments, step,
+// samples consumed). Same build and thread count => the resumed run repeats the uninterrupted
+// one bit for bit.
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/gate_file.h"
+#include "trimkv/core/gate_training.h"
+#include "trimkv/core/safetensors.h"
+#include "trimkv/core/weight_store.h"
+
+namespace fs = std::filesystem;
+
+namespace trimkv {
+
+namespace {
+
+constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
+constexpr const char* kCheckpointFormat = "trimkv-gate-checkpoint";
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string hex64(uint64_t v) {
+  std::ostringstream os;
+  os << std::hex << v;
+  return os.str();
+}
+
+TensorToWrite to_write(const std::string& name, const at::Tensor& t_in) {
+  at::Tensor t = t_in.detach().to(at::kFloat).contiguous();
+  TensorToWrite w;
+  w.name = name;
+  w.dtype = DType::F32;
+  w.shape = t.sizes().vec();
+  w.bytes.resize(static_cast<size_t>(t.numel()) * sizeof(float));
+  if (t.numel()) std::memcpy(w.bytes.data(), t.data_ptr<float>(), w.bytes.size());
+  return w;
+}
+
+}  // namespace
+
+struct GateTrainer::Impl {
+  const TextModel* model = nullptr;
+  const Dataset* data = nullptr;
+  const SampleMediaEncoder* media = nullptr;
+  TrainOptions opt;
+  std::unique_ptr<RetentionGates> gates;
+  std::vector<GateParameter> params;
+  std::vector<at::Tensor> m, v;  // AdamW moments, aligned with params
+  int64_t step = 0;              // optimiser steps done
+  int64_t cursor = 0;            // samples consumed
+  nlohmann::json config;         // what a checkpoint must match
+  std::vector<int64_t> order;    // permutation of the current epoch
+  int64_t order_epoch = -1;
+
+  const TrainingSample& sample_at(int64_t k) {
+    const int64_t n = static_cast<int64_t>(data->samples.size());
+    const int64_t epoch = k / n;
+    if (epoch != order_epoch) {
+      order.resize(n);
+      for (int64_t i = 0; i < n; ++i) order[i] = i;
+      std::mt19937_64 rng(opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch) + 1);
+      for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng() % static_cast<uint64_t>(i + 1)]);
+      order_epoch = epoch;
+    }
+    return data->samples[order[k % n]];
+  }
+
+  void check_only_gates_have_grad() const {
+    for (const auto& lw : model->decoder->weights().layers)
+      for (const at::Tensor* t : {&lw.attn_norm, &lw.w_qkv, &lw.b_qkv, &lw.w_o, &lw.b_o, &lw.q_norm,
+                                  &lw.k_norm, &lw.mlp_norm, &lw.w_gate_up, &lw.w_down})
+        TRIMKV_ASSERT(!t->defined() || (!t->requires_grad() && !t->grad().defined()),
+                      "a base-model weight received a gradient");
+    const auto& w = model->decoder->weights();
+    for (const at::Tensor* t : {&w.embed, &w.final_norm, &w.lm_head})
+      TRIMKV_ASSERT(!t->requires_grad() && !t->grad().defined(), "a base-model weight received a gradient");
+    for (const auto& p : params)
+      TRIMKV_ASSERT(p.tensor.grad().defined(), "gate parameter '", p.name, "' received no gradient");
+  }
+};
+
+GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptions options,
+                         const SampleMediaEncoder* media)
+    : m_impl(std::make_unique<Impl>()) {
+  Impl& I = *m_impl;
+  I.model = &model;
+  I.data = &data;
+  I.media = media;
+  I.opt = std::move(options);
+  TrainOptions& o = I.opt;
+  TRIMKV_CHECK(o.steps > 0, Input, "--steps must be > 0, got ", o.steps);
+  TRIMKV_CHECK(o.batch > 0, Input, "--batch must be > 0, got ", o.batch);
+  TRIMKV_CHECK(o.budget > 0, Input, "--budget must be > 0, got ", o.budget);
+  TRIMKV_CHECK(o.lambda >= 0, Input, "--lambda must be >= 0, got ", o.lambda);
+  TRIMKV_CHECK(o.lr > 0 && o.min_lr >= 0 && o.min_lr <= o.lr, Input,
+               "learning rates must satisfy 0 <= min-lr <= lr, lr > 0 (lr ", o.lr, ", min-lr ", o.min_lr, ")");
+  TRIMKV_CHECK(o.clip > 0, Input, "--clip must be > 0, got ", o.clip);
+  TRIMKV_CHECK(o.gate_hidden > 0, Input, "--gate-hidden must be > 0, got ", o.gate_hidden);
+  TRIMKV_CHECK(!data.samples.empty(), Input, "the dataset has no usable sample");
+  if (o.warmup < 0) o.warmup = o.steps / 20;
+  if (o.checkpoint_path.empty()) o.checkpoint_path = o.out_path + ".ckpt";
+
+  GateConfig gc = GateConfig::for_model(model.config, o.kind);
+  gc.gate_hidden = o.gate_hidden;
+  gc.tied = !o.untied;
+  gc.bias_init = o.bias_init;
+  gc.train_budget = static_cast<int64_t>(std::llround(o.budget));
+  I.gates = std::make_unique<RetentionGates>(RetentionGates::init(gc, o.seed));
+  I.gates->set_requires_grad(true);
+  I.params = I.gates->parameters();
+  for (const auto& p : I.params) {
+    I.m.push_back(at::zeros_like(p.tensor.detach()));
+    I.v.push_back(at::zeros_like(p.tensor.detach()));
+  }
+
+  // The model is identified by its sizes and a checksum of its embedding (cheap, and any other
+  // checkpoint of the same shape differs there).
+  double embed_sum = 0;
+  {
+    at::NoGradGuard no_grad;
+    embed_sum = model.decoder->weights().embed.to(at::kDouble).abs().sum().item<double>();
+  }
+  nlohmann::json c;
+  c["model"] = {{"n_layer", model.config.n_layer}, {"hidden_size", model.config.hidden_size},
+                {"n_kv_head", model.config.n_kv_head}, {"vocab_size", model.config.vocab_size},
+                {"parameters", model.decoder->parameter_count()}, {"embed_checksum", embed_sum}};
+  c["data"] = data.fingerprint;
+  c["kind"] = gate_kind_name(o.kind);
+  c["gate_hidden"] = o.gate_hidden;
+  c["untied"] = o.untied;
+  c["bias_init"] = o.bias_init;
+  c["budget"] = o.budget;
+  c["capacity"] = capacity_mode_name(o.capacity);
+  c["lambda"] = o.lambda;
+  c["reverse_kl"] = o.reverse_kl;
+  c["steps"] = o.steps;
+  c["batch"] = o.batch;
+  c["lr"] = o.lr;
+  c["min_lr"] = o.min_lr;
+  c["warmup"] = o.warmup;
+  c["weight_decay"] = o.weight_decay;
+  c["clip"] = o.clip;
+  c["max_len"] = o.max_len;
+  c["seed"] = o.seed;
+  I.config = c;
+}
+
+GateTrainer::~GateTrainer() = default;
+
+const RetentionGates& GateTrainer::gates() const { return *m_impl->gates; }
+int64_t GateTrainer::step() const { return m_impl->step; }
+
+double GateTrainer::lr_at(int64_t s) const {
+  const TrainOptions& o = m_impl->opt;
+  if (o.warmup > 0 && s <= o.warmup) return o.lr * static_cast<double>(s) / static_cast<double>(o.warmup);
+  const double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
+  const double progress = std::min(1.0, static_cast<double>(s - o.warmup) / span);
+  return o.min_lr + (o.lr - o.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+void GateTrainer::save_checkpoint(const std::string& path) const {
+  const Impl& I = *m_impl;
+  std::vector<TensorToWrite> out;
+  for (size_t k = 0; k < I.params.size(); ++k) {
+    out.push_back(to_write("gate." + I.params[k].name, I.params[k].tensor));
+    out.push_back(to_write("adam.m." + I.params[k].name, I.m[k]));
+    out.push_back(to_write("adam.v." + I.params[k].name, I.v[k]));
+  }
+  const std::string cfg = I.config.dump();
+  std::map<std::string, std::string> meta = {{"format", kCheckpointFormat},
+                                             {"step", std::to_string(I.step)},
+                                             {"cursor", std::to_string(I.cursor)},
+                                             {"config", cfg},
+                                             {"config_hash", hex64(fnv1a(cfg))}};
+  const std::string tmp = path + ".tmp";
+  write_safetensors(tmp, out, meta);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  TRIMKV_CHECK(!ec, Io, "cannot move '", tmp, "' to '", path, "': ", ec.message());
+}
+
+void GateTrainer::load_checkpoint(const std::string& path) {
+  Impl& I = *m_impl;
+  TRIMKV_CHECK(fs::is_regular_file(path), Input, "--resume: no checkpoint at '", path, "'");
+  SafetensorsFile file(path);
+  const auto& meta = file.metadata();
+  TRIMKV_CHECK(meta.count("format") && meta.at("format") == kCheckpointFormat && meta.count("config") &&
+                   meta.count("step") && meta.count("cursor"),
+               Format, "'", path, "' is not a gate-training checkpoint");
+  const nlohmann::json saved = nlohmann::json::parse(meta.at("config"));
+  if (saved != I.config) {
+    std::string diff;
+    for (auto it = I.config.begin(); it != I.config.end(); ++it) {
+      const std::string key = it.key();
+      const std::string have = saved.contains(key) ? saved[key].dump() : "(absent)";
+      if (!saved.contains(key) || saved[key] != it.value())
+        diff += (diff.empty() ? "" : ", ") + key + ": checkpoint " + have + ", now " + it.value().dump();
+    }
+    TRIMKV_FAIL(Input, "--resume: checkpoint '", path, "' was made with another configuration (", diff,
+                "); use the same options, model and data, or start without --resume");
+  }
+  at::NoGradGuard no_grad;
+  auto get = [&](const std::string& name, const at::Tensor& like) {
+    auto it = file.tensors().find(name);
+    TRIMKV_CHECK(it != file.tensors().end(), Format, "checkpoint '", path, "' lacks tensor '", name, "'");
+    at::Tensor t = tensor_to_float(it->second);
+    TRIMKV_CHECK(t.sizes() == like.sizes(), Format, "checkpoint '", path, "': tensor '", name, "' has shape ",
+                 t.sizes(), ", expected ", like.sizes());
+    return t;
+  };
+  for (size_t k = 0; k < I.params.size(); ++k) {
+    I.params[k].tensor.copy_(get("gate." + I.params[k].name, I.params[k].tensor));
+    I.m[k].copy_(get("adam.m." + I.params[k].name, I.m[k]));
+    I.v[k].copy_(get("adam.v." + I.params[k].name, I.v[k]));
+  }
+  I.step = std::stoll(meta.at("step"));
+  I.cursor = std::stoll(meta.at("cursor"));
+}
+
+TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on_progress,
+                             const std::atomic<bool>* cancel) {
+  Impl& I = *m_impl;
+  const TrainOptions& o = I.opt;
+  if (o.resume) load_checkpoint(o.checkpoint_path);
+  const TextDecoder& dec = *I.model->decoder;
+  GateLossOptions lo;
+  lo.budget = o.budget;
+  lo.capacity = o.capacity;
+  lo.lambda = o.lambda;
+  lo.reverse_kl = o.reverse_kl;
+  const double m_global = o.budget * static_cast<double>(I.model->config.n_layer * I.model->config.n_kv_head);
+
+  TrainResult result;
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t tokens = 0, steps_this_run = 0;
+  auto save = [&] {
+    save_checkpoint(o.checkpoint_path);
+    result.checkpoint_path = o.checkpoint_path;
+  };
+  while (I.step < o.steps) {
+    if (cancel && cancel->load()) {
+      save();
+      result.interrupted = true;
+      break;
+    }
+    const double lr = lr_at(I.step + 1);
+    for (auto& p : I.params)
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad() = at::Tensor();
+    TrainProgress pr;
+    for (int64_t b = 0; b < o.batch; ++b) {
+      TrainingSample sample = I.sample_at(I.cursor++);
+      at::Tensor x;
+      if (!sample.images.empty()) {
+        TRIMKV_CHECK(I.media, Input, "dataset line ", sample.line, " has images but the model has no vision tower");
+        x = I.media->embed(sample);
+      } else {
+        x = dec.embed(at::tensor(std::vector<int64_t>(sample.ids.begin(), sample.ids.end()), at::kLong));
+      }
+      const int64_t n = static_cast<int64_t>(sample.ids.size());
+      std::vector<int64_t> tgt(n, 0);
+      std::vector<uint8_t> mask(n, 0);
+      for (int64_t t = 0; t + 1 < n; ++t) {
+        tgt[t] = sample.ids[t + 1];
+        mask[t] = sample.is_label[t + 1];
+      }
+      at::Tensor targets = at::tensor(tgt, at::kLong);
+      at::Tensor mask_t = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong).to(at::kBool);
+      GateLoss L = gate_loss(dec, *I.gates, x, targets, mask_t, lo);
+      (L.total / static_cast<double>(o.batch)).backward();
+      pr.loss += L.total.item<double>() / o.batch;
+      pr.nll += L.nll.item<double>() / o.batch;
+      pr.kl += L.kl.item<double>() / o.batch;
+      pr.cap += L.cap.item<double>() / o.batch;
+      pr.capacity_ratio += L.capacity.select(2, n - 1).sum().item<double>() / m_global / o.batch;
+      tokens += n;
+    }
+    I.check_only_gates_have_grad();
+    {
+      at::NoGradGuard no_grad;
+      std::vector<at::Tensor> norms;
+      for (auto& p : I.params) norms.push_back(p.tensor.grad().norm(2));
+      const double total = at::stack(norms).norm(2).item<double>();
+      pr.grad_norm = total;
+      const double coef = o.clip / (total + 1e-6);
+      if (coef < 1.0)
+        for (auto& p : I.params) p.tensor.mutable_grad().mul_(coef);
+      const int64_t t = I.step + 1;
+      const double bc1 = 1.0 - std::pow(kBeta1, static_cast<double>(t));
+      const double bc2 = 1.0 - std::pow(kBeta2, static_cast<double>(t));
+      for (size_t k = 0; k < I.params.size(); ++k) {
+        at::Tensor p = I.params[k].tensor;
+        const at::Tensor& g = p.grad();
+        p.mul_(1.0 - lr * o.weight_decay);
+        I.m[k].mul_(kBeta1).add_(g, 1.0 - kBeta1);
+        I.v[k].mul_(kBeta2).addcmul_(g, g, 1.0 - kBeta2);
+        at::Tensor denom = (I.v[k].sqrt() / std::sqrt(bc2)).add_(kEps);
+        p.addcdiv_(I.m[k], denom, -lr / bc1);
+      }
+    }
+    ++I.step;
+    ++steps_this_run;
+    result.losses.push_back(pr.loss);
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    pr.step = I.step;
+    pr.total_steps = o.steps;
+    pr.lr = lr;
+    pr.tokens = tokens;
+    pr.tokens_per_s = elapsed > 0 ? tokens / elapsed : 0;
+    pr.eta_s = elapsed / steps_this_run * static_cast<double>(o.steps - I.step);
+    if (o.checkpoint_every > 0 && I.step % o.checkpoint_every == 0 && I.step < o.steps) {
+      save();
+      pr.checkpointed = true;
+    }
+    if (on_progress) on_progress(pr);
+  }
+  result.steps_done = I.step;
+  if (!result.interrupted) {
+    save();
+    std::map<std::string, std::string> meta = {
+        {"trained_steps", std::to_string(I.step)},
+        {"capacity", capacity_mode_name(o.capacity)},
+        {"lambda", std::to_string(o.lambda)},
+        {"model", fs::path(I.model->dir).filename().string()},
+        {"data_fingerprint", I.data->fingerprint}};
+    save_gates(o.out_path, *I.gates, meta);
+    result.out_path = o.out_path;
+  }
+  return result;
+}
+
+}  // namespace trimkv

@@ -1,0 +1,38 @@
+#include "trimkv/core/train_gates.h"
+
+#include <ATen/Parallel.h>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/gate_training.h"
+#include "trimkv/core/text_model.h"
+
+namespace trimkv {
+
+TrainResult train_gates(const TrainOptions& options, const std::function<void(const std::string&)>& on_warning,
+                        const std::function<void(const TrainSetup&)>& on_setup,
+                        const std::function<void(const TrainProgress&)>& on_progress,
+                        const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
+  TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
+  if (options.threads > 0) at::set_num_threads(options.threads);
+  const TextModel model = load_text_model(options.model_dir);
+  DatasetOptions dopt;
+  dopt.max_len = options.max_len;
+  dopt.has_vision = false;  // text decoders only: see README "Gate training" for VLMs
+  const Dataset data = load_dataset(options.data_path, model, dopt);
+  if (on_warning)
+    for (const auto& w : data.warnings) on_warning(w);
+  GateTrainer trainer(model, data, options);
+  if (on_setup) {
+    TrainSetup s;
+    s.n_samples = static_cast<int64_t>(data.samples.size());
+    s.n_lines = data.n_lines;
+    s.n_warnings = static_cast<int64_t>(data.warnings.size());
+    s.gate_parameters = trainer.gates().parameter_count();
+    s.model_dir = model.dir;
+    on_setup(s);
+  }
+  return trainer.run(on_progress, cancel);
+}
+
+}  // namespace trimkv

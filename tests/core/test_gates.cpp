@@ -1,0 +1,247 @@
+// Retention gates (METHOD.md §2): init, tying, the decoder hook, files (ours and the reference's
+// trimkv_weights.pth), refusal of gates made for another model. Oracle: tests/oracle/gate_fixtures.py.
+#include <ATen/ATen.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "test_util.h"
+#include "trimkv/core/engine.h"
+#include "trimkv/core/error.h"
+#include "trimkv/core/gate_file.h"
+#include "trimkv/core/generation.h"
+#include "trimkv/core/kv_cache.h"
+#include "trimkv/core/retention_gates.h"
+#include "trimkv/core/text_model.h"
+#include "trimkv/core/weight_store.h"
+
+using namespace trimkv;
+
+namespace {
+
+std::string gates_fixture(const std::string& name) { return test::data_dir() + "/gates/" + name; }
+
+void require_same_tensors(const RetentionGates& a, const RetentionGates& b) {
+  auto ta = a.named_tensors(), tb = b.named_tensors();
+  REQUIRE(ta.size() == tb.size());
+  for (size_t i = 0; i < ta.size(); ++i) {
+    CAPTURE(ta[i].name);
+    REQUIRE(ta[i].name == tb[i].name);
+    REQUIRE(at::equal(ta[i].tensor, tb[i].tensor));
+  }
+}
+
+at::Tensor ids_tensor(const std::vector<int32_t>& ids) {
+  return at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
+}
+
+}  // namespace
+
+TEST_CASE("RetentionGates::init: output bias 18, inner biases 0, weights N(0, 0.02)", "[gates]") {
+  TextModel m = load_text_model(test::model_dir("llama_gqa"));
+  for (GateKind kind : {GateKind::DBTrimKV, GateKind::TrimKV}) {
+    CAPTURE(gate_kind_name(kind));
+    GateConfig cfg = GateConfig::for_model(m.config, kind);
+    RetentionGates g = RetentionGates::init(cfg, 7);
+    for (const auto& l : g.layers()) {
+      REQUIRE(at::equal(l.bias, at::full({cfg.n_kv_head}, 18.0, at::kFloat)));
+      REQUIRE(at::equal(l.b1, at::zeros({cfg.gate_hidden}, at::kFloat)));
+      if (kind == GateKind::DBTrimKV) REQUIRE(at::equal(l.b2, at::zeros({cfg.gate_hidden}, at::kFloat)));
+      // 512 x 64 samples: the standard deviation is within a few percent of 0.02.
+      REQUIRE(l.w1.std().item<double>() == Approx(0.02).epsilon(0.05));
+      REQUIRE(std::abs(l.w1.mean().item<double>()) < 0.002);
+    }
+    // β = σ(≈18) ≈ 1: nothing is forgotten at the start.
+    at::Tensor lb = g.log_beta(1, at::randn({5, cfg.hidden_size}));
+    REQUIRE(lb.sizes() == at::IntArrayRef({5, cfg.n_kv_head}));
+    REQUIRE(lb.max().item<double>() <= 0.0);
+    REQUIRE(lb.min().item<double>() > -1e-6);
+    // Same seed, same gates; another seed, other gates.
+    require_same_tensors(g, RetentionGates::init(cfg, 7));
+    REQUIRE_FALSE(at::equal(g.layers()[0].w1, RetentionGates::init(cfg, 8).layers()[0].w1));
+  }
+}
+
+TEST_CASE("DBTrimKV gates share one output projection and bias; the untied ablation does not", "[gates]") {
+  GateConfig cfg;
+  cfg.kind = GateKind::DBTrimKV;
+  cfg.n_layer = 3, cfg.hidden_size = 16, cfg.n_kv_head = 2, cfg.gate_hidden = 8;
+  RetentionGates tied = RetentionGates::init(cfg, 1);
+  for (const auto& l : tied.layers()) {
+    REQUIRE(l.w3.is_same(tied.layers()[0].w3));
+    REQUIRE(l.bias.is_same(tied.layers()[0].bias));
+  }
+  const int64_t per_layer = 8 * 16 + 8 + 8 * 8 + 8;
+  REQUIRE(tied.parameter_count() == 3 * per_layer + 2 * 8 + 2);
+  cfg.tied = false;
+  RetentionGates untied = RetentionGates::init(cfg, 1);
+  REQUIRE_FALSE(untied.layers()[1].w3.is_same(untied.layers()[0].w3));
+  REQUIRE(untied.parameter_count() == 3 * (per_layer + 2 * 8 + 2));
+  cfg.kind = GateKind::TrimKV;
+  RetentionGates trim = RetentionGates::init(cfg, 1);
+  REQUIRE_FALSE(trim.layers()[0].w3.defined());
+  REQUIRE(trim.parameter_count() == 3 * (8 * 16 + 8 + 2 * 8 + 2));
+  // A change through layer 0's shared tensor is seen by every layer (one module, as the reference).
+  tied.layers()[0].bias.add_(1.0);
+  REQUIRE(tied.layers()[2].bias[0].item<float>() == Approx(19.0));
+}
+
+TEST_CASE("Gates file save -> load round trip is exact and keeps kind, tying and metadata", "[gates]") {
+  test::ScratchDir dir("gates");
+  GateConfig cfg;
+  cfg.n_layer = 2, cfg.hidden_size = 12, cfg.n_kv_head = 3, cfg.gate_hidden = 6, cfg.train_budget = 32;
+  for (auto [kind, tied] : {std::pair{GateKind::DBTrimKV, true}, std::pair{GateKind::DBTrimKV, false},
+                            std::pair{GateKind::TrimKV, false}}) {
+    cfg.kind = kind;
+    cfg.tied = tied;
+    RetentionGates g = RetentionGates::init(cfg, 3);
+    const std::string path = dir.file("g.safetensors");
+    save_gates(path, g, {{"model", "tiny"}});
+    RetentionGates back = load_gates(path);
+    require_same_tensors(g, back);
+    REQUIRE(back.config().kind == kind);
+    REQUIRE(back.config().is_tied() == (kind == GateKind::DBTrimKV && tied));
+    REQUIRE(back.config().train_budget == 32);
+    if (back.config().is_tied()) REQUIRE(back.layers()[1].w3.is_same(back.layers()[0].w3));
+    auto meta = gates_file_metadata(path);
+    REQUIRE(meta.at("model") == "tiny");
+    REQUIRE(meta.at("kind") == gate_kind_name(kind));
+    REQUIRE(meta.at("n_layer") == "2");
+    // Every reference name is present, tied tensors repeated per layer.
+    SafetensorsFile f(path);
+    REQUIRE(f.tensors().count("model.layers.1.self_attn.retention_gate.linear1.weight"));
+    REQUIRE(f.tensors().count("model.layers.1.self_attn.retention_gate.bias"));
+    REQUIRE(f.tensors().count("model.layers.1.self_attn.retention_gate.linear3.weight") ==
+            (kind == GateKind::DBTrimKV ? 1u : 0u));
+  }
+}
+
+TEST_CASE("trimkv_weights.pth written by torch.save imports equal to the same gates in our format", "[gates][oracle]") {
+  RetentionGates ours = load_gates(gates_fixture("llama_gqa_dbtrimkv.safetensors"));
+  RetentionGates pth = load_gates(gates_fixture("trimkv_weights.pth"));  // keys under model.language_model.
+  require_same_tensors(ours, pth);
+  REQUIRE(pth.config().kind == GateKind::DBTrimKV);
+  REQUIRE(pth.config().is_tied());  // inferred: linear3/bias bitwise equal in every layer
+  REQUIRE(pth.layers()[1].bias.is_same(pth.layers()[0].bias));
+  REQUIRE(pth.config().gate_hidden == 32);
+  REQUIRE(gates_file_metadata(gates_fixture("trimkv_weights.pth")).empty());
+}
+
+TEST_CASE("Gated dense forward reproduces the oracle's log beta and student logits", "[gates][oracle]") {
+  TextModel m = load_text_model(test::model_dir("llama_gqa"));
+  auto j = test::read_json(gates_fixture("expected.json"));
+  WeightStore expected = WeightStore::open_file(gates_fixture("expected.safetensors"));
+  const auto ids = j["ids"].get<std::vector<int32_t>>();
+  const auto label_pos = j["label_positions"].get<std::vector<int64_t>>();
+  for (const std::string kind : {"dbtrimkv", "trimkv"}) {
+    CAPTURE(kind);
+    RetentionGates g = load_gates(gates_fixture("llama_gqa_" + kind + ".safetensors"));
+    std::vector<at::Tensor> lbs;
+    const int64_t n = static_cast<int64_t>(ids.size());
+    at::Tensor h = m.decoder->forward_dense(m.decoder->embed(ids_tensor(ids)), at::arange(n, at::kLong), {}, &g, &lbs);
+    REQUIRE(static_cast<int64_t>(lbs.size()) == m.config.n_layer);
+    for (size_t l = 0; l < lbs.size(); ++l) {
+      at::Tensor want = expected.load({kind + ".log_beta." + std::to_string(l)}, {n, m.config.n_kv_head});
+      REQUIRE((lbs[l] - want).abs().max().item<double>() < 1e-5);
+    }
+    at::Tensor logits = m.decoder->logits(h).index_select(0, at::tensor(label_pos, at::kLong));
+    at::Tensor want = expected.load({kind + ".student_logits"}, {});
+    REQUIRE((logits - want).abs().max().item<double>() < 1e-4);
+  }
+}
+
+TEST_CASE("forward_cached stores the gate's log beta in every new cache entry", "[gates]") {
+  TextModel m = load_text_model(test::model_dir("llama_gqa"));
+  RetentionGates g = load_gates(gates_fixture("llama_gqa_trimkv.safetensors"));
+  const std::vector<int32_t> ids = {5, 17, 200, 31, 9, 77, 123};
+  const int64_t n = static_cast<int64_t>(ids.size());
+  // Inference attention is plain (β only ranks entries): record the gate's log β along the plain
+  // dense path by handing the decoder zeros.
+  struct Recorder : EntryScorer {
+    const RetentionGates* g;
+    mutable std::vector<at::Tensor> seen;
+    at::Tensor log_beta(int64_t il, const at::Tensor& x) const override {
+      seen.push_back(g->log_beta(il, x));
+      return at::zeros_like(seen.back());
+    }
+  } rec;
+  rec.g = &g;
+  m.decoder->forward_dense(m.decoder->embed(ids_tensor(ids)), at::arange(n, at::kLong), {}, &rec);
+  const std::vector<at::Tensor>& dense_lb = rec.seen;
+  KvCache cache(kv_geometry_of(m.config));
+  TextRunner runner(m, cache, /*prefill_chunk=*/3);
+  runner.set_eviction(nullptr, &g);
+  runner.prefill(ids);
+  for (int il = 0; il < m.config.n_layer; ++il)
+    for (int h = 0; h < m.config.n_kv_head; ++h) {
+      const auto& entries = cache.bookkeeping().entries(il, h);
+      REQUIRE(static_cast<int64_t>(entries.size()) == n);
+      for (const auto& e : entries) {
+        REQUIRE(e.log_beta < 0.0f);
+        REQUIRE(e.log_beta == Approx(dense_lb[il][e.token_index][h].item<float>()).margin(1e-5));
+      }
+    }
+}
+
+TEST_CASE("A gates file made for another model is refused, naming the file and the mismatch", "[gates]") {
+  TextModel other = load_text_model(test::model_dir("llama_tied"));  // 3 layers, the gates have 2
+  const std::string path = gates_fixture("llama_gqa_dbtrimkv.safetensors");
+  RetentionGates g = load_gates(path);
+  try {
+    check_gates_fit(g, other.config, path, other.dir);
+    FAIL("no error");
+  } catch (const Error& e) {
+    REQUIRE(e.kind() == ErrorKind::Config);
+    const std::string msg = e.what();
+    REQUIRE_THAT(msg, Catch::Contains("llama_gqa_dbtrimkv.safetensors"));
+    REQUIRE_THAT(msg, Catch::Contains("layers: gates 2, model 3"));
+  }
+  EngineOptions opt;
+  opt.gates = path;
+  REQUIRE_THROWS_WITH(Engine::load(test::model_dir("llama_tied"), opt), Catch::Contains("does not fit model"));
+  REQUIRE_THROWS_AS(Engine::load(test::model_dir("qwen3"), opt), Error);  // hidden size 48 vs 64
+}
+
+TEST_CASE("Engine finds the gates file in the model folder, takes --gates, and 'none' disables", "[gates]") {
+  test::ScratchDir dir("gates-engine");
+  test::copy_model("llama_gqa", dir.path());
+  {
+    auto e = Engine::load(dir.path());
+    REQUIRE(e->info().gates_file.empty());
+  }
+  std::filesystem::copy(gates_fixture("trimkv_weights.pth"), dir.file("trimkv_weights.pth"));
+  {
+    auto e = Engine::load(dir.path());
+    REQUIRE(e->info().gates_file == find_gates_file(dir.path()));
+    REQUIRE(e->info().gates_kind == "dbtrimkv");
+  }
+  save_gates(dir.file(kGatesFileName), load_gates(gates_fixture("llama_gqa_trimkv.safetensors")));
+  auto e = Engine::load(dir.path());  // ours wins over the .pth
+  REQUIRE(e->info().gates_kind == "trimkv");
+  GenerationParams p;
+  p.max_new_tokens = 4;
+  p.stop_at_eos = false;
+  REQUIRE(e->generate({1, 2, 3, 4}, p).tokens.size() == 4);
+  EngineOptions none;
+  none.gates = "none";
+  REQUIRE(Engine::load(dir.path(), none)->info().gates_file.empty());
+  EngineOptions given;
+  given.gates = gates_fixture("llama_gqa_dbtrimkv.safetensors");
+  REQUIRE(Engine::load(dir.path(), given)->info().gates_kind == "dbtrimkv");
+}
+
+TEST_CASE("Loading a gates file that is missing or holds no gates fails with a clear error", "[gates]") {
+  REQUIRE_THROWS_WITH(load_gates("/nonexistent/g.safetensors"), Catch::Contains("does not exist"));
+  try {
+    load_gates(test::model_dir("llama_gqa") + "/model.safetensors");
+    FAIL("no error");
+  } catch (const Error& e) {
+    REQUIRE(e.kind() == ErrorKind::Format);
+    REQUIRE_THAT(std::string(e.what()), Catch::Contains("not a retention-gates file"));
+  }
+  test::ScratchDir dir("gates-bad");
+  write_safetensors(dir.file("empty.safetensors"), {{"x", DType::F32, {1}, std::vector<uint8_t>(4, 0)}});
+  REQUIRE_THROWS_WITH(load_gates(dir.file("empty.safetensors")), Catch::Contains("no retention-gate tensors"));
+  test::write_text(dir.file("x.pth"), std::string("PK\x03\x04garbage", 11));
+  REQUIRE_THROWS_AS(load_gates(dir.file("x.pth")), Error);
+}
