@@ -1,0 +1,102 @@
+#include "policy_options.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/trace.h"
+
+namespace trimkv::cli {
+
+namespace {
+
+int64_t parse_count(const Args& args, const std::string& name) {
+  const std::string text = args.get(name);
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw UsageError("--" + name + ": '" + text + "' is not an integer");
+  return v;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  TRIMKV_CHECK(out.good(), Io, "cannot write '", path, "'");
+  out << text;
+  out.close();
+  TRIMKV_CHECK(out.good(), Io, "writing '", path, "' failed");
+}
+
+}  // namespace
+
+void add_policy_option_specs(std::vector<OptionSpec>& specs) {
+  const std::vector<OptionSpec> mine = {
+      {"policy", "NAME", "KV eviction policy (default full; see the list below)"},
+      {"budget", "M",
+       "KV budget in entries per layer and KV head (M_global = M x layers x KV heads)"},
+      {"global-budget", "N",
+       "KV budget in entries over all layers and KV heads (instead of --budget)"},
+      {"policy-opt", "KEY=VALUE", "policy option, e.g. lookahead=2, floor=4", true},
+      {"slack", "S",
+       "compress when the cache exceeds the budget by S entries per head (default 32)"},
+      {"whole-prompt-eviction", "",
+       "evict only after the whole prompt (reference behaviour) "
+       "instead of after every prefill chunk"},
+      {"trace", "FILE",
+       "write the eviction trace as JSON (schema: core/include/trimkv/core/trace.h)"},
+      {"trace-csv", "FILE", "write per-head kept/evicted counts per eviction as CSV"},
+  };
+  // Before --help, so the help stays last.
+  auto at = specs.end();
+  if (!specs.empty() && specs.back().name == "help") --at;
+  specs.insert(at, mine.begin(), mine.end());
+}
+
+std::string policy_help() {
+  std::ostringstream os;
+  os << "\neviction policies (--policy NAME, options with --policy-opt KEY=VALUE):\n";
+  for (const PolicyDescription& p : describe_policies()) {
+    os << "  " << p.name << ": " << p.summary;
+    if (p.needs_gates) os << " [needs retention gates]";
+    if (!p.uses_budget) os << " [no budget]";
+    os << "\n";
+    for (const std::string& o : p.options) os << "      " << o << "\n";
+  }
+  return os.str();
+}
+
+bool eviction_requested(const Args& args) {
+  for (const char* name : {"policy", "budget", "global-budget", "policy-opt", "slack",
+                           "whole-prompt-eviction", "trace", "trace-csv"})
+    if (args.has(name) && !(std::string(name) == "policy" && args.get(name) == "full")) return true;
+  return false;
+}
+
+EvictionSettings parse_policy_settings(const Args& args) {
+  EvictionSettings s;
+  s.policy = args.get("policy", "full");
+  s.options = args.all("policy-opt");
+  if (args.has("budget")) s.budget_per_head = parse_count(args, "budget");
+  if (args.has("global-budget")) s.budget_global = parse_count(args, "global-budget");
+  if (args.has("budget") && args.has("global-budget"))
+    throw UsageError("give either --budget or --global-budget, not both");
+  if (args.has("slack")) s.slack = parse_count(args, "slack");
+  s.whole_prompt = args.flag("whole-prompt-eviction");
+  validate_eviction_settings(s);
+  return s;
+}
+
+void write_trace_outputs(const Args& args, const GenerationResult& r) {
+  if (!args.has("trace") && !args.has("trace-csv")) return;
+  Trace empty;
+  const Trace& t = r.trace ? *r.trace : empty;
+  if (args.has("trace")) write_file(args.get("trace"), trace_to_json(t, 1) + "\n");
+  if (args.has("trace-csv")) write_file(args.get("trace-csv"), trace_per_head_csv(t));
+}
+
+}  // namespace trimkv::cli

@@ -1,0 +1,39 @@
+// Plain-value eviction settings (no tensors): what app/ (CLI, GUI) passes to Engine / Session to
+// choose a policy, its options and the budget. Policy names and options: eviction_policy.h
+// (`trimkv generate --help` lists them).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/budget.h"
+
+namespace trimkv {
+
+struct EvictionSettings {
+  std::string policy = "full";
+  std::vector<std::string> options;        // "key=value" items, e.g. "lookahead=2"
+  std::optional<int64_t> budget_per_head;  // M (entries per layer and KV head)
+  std::optional<int64_t> budget_global;    // M_global (entries over all layers and KV heads)
+  int64_t slack = 32;         // per head: compress when entries > budget + slack·L·H_kv
+  bool whole_prompt = false;  // evict only after the whole prompt (reference behaviour) instead
+                              // of after every prefill chunk
+  bool record_evicted_tokens = true;  // trace events list evicted token indices
+};
+
+// Checks everything that needs no model: policy name, option keys and values, budget > 0, at most
+// one of the two budgets, slack >= 0. Error{Input} with a clear message.
+void validate_eviction_settings(const EvictionSettings& settings);
+// The budget the settings give (unlimited when neither is set). Validates the values.
+Budget budget_of(const EvictionSettings& settings);
+// Name and summary of every policy, and its options as "name=default: help" lines (for --help).
+struct PolicyDescription {
+  std::string name, summary;
+  std::vector<std::string> options;
+  bool needs_gates = false;
+  bool uses_budget = true;
+};
+std::vector<PolicyDescription> describe_policies();
+
+}  // namespace trimkv

@@ -1,0 +1,93 @@
+// dbtrimkv: learned retention, ONE top-k over every (layer, KV head) entry of the sequence
+// (METHOD.md §4 "Selection"). Scores from log β (retention_log_score), optional per-head floor,
+// protected recent window, or threshold mode (keep score >= log α, no fixed budget).
+#include <cmath>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/policies.h"
+
+namespace trimkv {
+
+namespace {
+
+class DbTrimKvPolicy final : public EvictionPolicy {
+ public:
+  DbTrimKvPolicy(int lookahead, int64_t floor, int64_t window, double alpha)
+      : m_lookahead(lookahead), m_floor(floor), m_window(window), m_alpha(alpha) {}
+
+  std::string name() const override { return "dbtrimkv"; }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.gates = true;
+    n.uses_budget = !threshold_mode();
+    return n;
+  }
+  // Threshold mode has no budget to trigger on: plan once `slack` new entries per head arrived.
+  bool wants_to_plan(const PolicyContext& ctx) const override {
+    return threshold_mode() && ctx.entries_since_plan > 0 &&
+           ctx.entries_since_plan >= ctx.slack_global;
+  }
+  EvictionPlan plan(const PolicyContext& ctx) override {
+    const StreamScores scores = entry_scores(ctx);
+    if (threshold_mode())
+      return select_threshold(*ctx.kv, scores, static_cast<float>(std::log(m_alpha)));
+    return select_global_top_k(*ctx.kv, scores, ctx.budget_global, m_floor);
+  }
+  StreamScores entry_scores(const PolicyContext& ctx) const override {
+    StreamScores scores = retention_scores(*ctx.kv, m_lookahead);
+    if (m_window > 0) protect_window(*ctx.kv, static_cast<int>(m_window), scores);
+    return scores;
+  }
+
+ private:
+  bool threshold_mode() const { return m_alpha > 0; }
+  int m_lookahead;
+  int64_t m_floor, m_window;
+  double m_alpha;  // > 0: threshold mode
+};
+
+std::unique_ptr<EvictionPolicy> make(const OptionReader& o, const Budget& b, const KvGeometry& g) {
+  const int lookahead = static_cast<int>(o.get_int("lookahead"));
+  const int64_t floor = o.get_int("floor");
+  const int64_t window = o.get_int("window");
+  const double alpha = o.is_set("threshold") ? o.get_double("threshold") : 0.0;
+  if (alpha > 0) {
+    TRIMKV_CHECK(b.is_unlimited(), Input,
+                 "policy dbtrimkv: threshold mode keeps every entry with score >= log(threshold) "
+                 "and has no fixed budget; drop the budget or the threshold option");
+    TRIMKV_CHECK(floor == 0, Input, "policy dbtrimkv: floor cannot be combined with threshold");
+  } else {
+    const int64_t m_global = require_budget(b, g, "dbtrimkv");
+    const int64_t n_streams = g.n_streams();
+    TRIMKV_CHECK(floor * n_streams <= m_global, Input, "policy dbtrimkv: floor ", floor, " x ",
+                 n_streams, " heads (", g.n_layer, " layers x ", g.n_kv_head,
+                 " KV heads) = ", floor * n_streams, " exceeds the budget of ", m_global,
+                 " entries");
+    TRIMKV_CHECK((floor + window) * n_streams <= m_global, Input, "policy dbtrimkv: window ",
+                 window, " + floor ", floor, " per head x ", n_streams,
+                 " heads exceeds the budget of ", m_global,
+                 " entries (protected entries must fit)");
+  }
+  return std::make_unique<DbTrimKvPolicy>(lookahead, floor, window, alpha);
+}
+
+}  // namespace
+
+const PolicyEntry& dbtrimkv_policy_entry() {
+  static const PolicyEntry kEntry{
+      {"dbtrimkv",
+       "learned retention (log beta), one global top-k over all layers and KV heads",
+       {int_option("lookahead", "2", 1, 1 << 20,
+                   "score lookahead n (1: beta^(q-pos); >1: sum of the next n steps)"),
+        int_option("floor", "0", 0, kMaxOption, "minimum entries kept per (layer, KV head)"),
+        int_option("window", "0", 0, kMaxOption,
+                   "protected recent window: the newest N tokens are always kept"),
+        double_option("threshold", "auto", 1e-30, 1.0,
+                      "threshold mode: keep every entry with score >= log(threshold), no budget")},
+       true,
+       true},
+      make};
+  return kEntry;
+}
+
+}  // namespace trimkv

@@ -1,0 +1,62 @@
+// trimkv: learned retention with a per-head budget: the same scores as dbtrimkv, top-M per
+// (layer, KV head) (METHOD.md §4 "Selection").
+#include "trimkv/core/error.h"
+#include "trimkv/core/policies.h"
+
+namespace trimkv {
+
+namespace {
+
+class TrimKvPolicy final : public EvictionPolicy {
+ public:
+  TrimKvPolicy(int lookahead, int64_t window) : m_lookahead(lookahead), m_window(window) {}
+  std::string name() const override { return "trimkv"; }
+  PolicyNeeds needs() const override {
+    PolicyNeeds n;
+    n.gates = true;
+    return n;
+  }
+  EvictionPlan plan(const PolicyContext& ctx) override {
+    const StreamScores scores = entry_scores(ctx);
+    return select_per_head_top_k(
+        *ctx.kv, scores,
+        std::vector<int64_t>(static_cast<size_t>(ctx.kv->geometry().n_streams()),
+                             ctx.budget_per_head));
+  }
+  StreamScores entry_scores(const PolicyContext& ctx) const override {
+    StreamScores scores = retention_scores(*ctx.kv, m_lookahead);
+    if (m_window > 0) protect_window(*ctx.kv, static_cast<int>(m_window), scores);
+    return scores;
+  }
+
+ private:
+  int m_lookahead;
+  int64_t m_window;
+};
+
+std::unique_ptr<EvictionPolicy> make(const OptionReader& o, const Budget& b, const KvGeometry& g) {
+  require_budget(b, g, "trimkv");
+  b.require_per_head_at_least(g, 1, "policy trimkv");
+  const int64_t window = o.get_int("window");
+  TRIMKV_CHECK(window <= b.per_head_entries(g), Input, "policy trimkv: window ", window,
+               " exceeds the per-head budget of ", b.per_head_entries(g), " entries");
+  return std::make_unique<TrimKvPolicy>(static_cast<int>(o.get_int("lookahead")), window);
+}
+
+}  // namespace
+
+const PolicyEntry& trimkv_policy_entry() {
+  static const PolicyEntry kEntry{
+      {"trimkv",
+       "learned retention (log beta), top-M per (layer, KV head)",
+       {int_option("lookahead", "2", 1, 1 << 20,
+                   "score lookahead n (1: beta^(q-pos); >1: sum of the next n steps)"),
+        int_option("window", "0", 0, kMaxOption,
+                   "protected recent window: the newest N tokens are always kept")},
+       true,
+       true},
+      make};
+  return kEntry;
+}
+
+}  // namespace trimkv

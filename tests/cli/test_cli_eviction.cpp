@@ -1,0 +1,131 @@
+// `trimkv generate` with eviction: --policy/--budget/--policy-opt/--trace as a user runs them.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_util.h"
+
+namespace {
+
+struct Run {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Run run_cli(const std::vector<std::string>& args) {
+  trimkv::test::ScratchDir dir("cli-evict");
+  std::string cmd = quote(TRIMKV_CLI_PATH);
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " 2>" + quote(dir.file("err")) + " </dev/null";
+  Run r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = trimkv::test::read_bytes(dir.file("err"));
+  return r;
+}
+
+const std::string kModel = trimkv::test::model_dir("llama_gqa");
+
+std::string ids(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += (i ? "," : "") + std::to_string(5 + (i * 37) % 200);
+  return s;
+}
+
+std::vector<std::string> gen(std::vector<std::string> extra) {
+  std::vector<std::string> a = {
+      "generate",         "--model", kModel,         "--prompt-ids",    ids(60),
+      "--max-new-tokens", "20",      "--ignore-eos", "--prefill-chunk", "16",
+      "--gates",          "none",    "--json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+void require_clean_error(const Run& r, const std::string& what) {
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code != 0);
+  REQUIRE(r.code != -1);
+  REQUIRE_THAT(r.err, Catch::Contains(what));
+  REQUIRE_THAT(r.err,
+               !Catch::Contains("terminate called") && !Catch::Contains("Exception raised from"));
+}
+
+}  // namespace
+
+TEST_CASE("trimkv generate --policy --budget evicts, reports and writes the trace",
+          "[cli][eviction]") {
+  trimkv::test::ScratchDir dir("cli-trace");
+  const Run r =
+      run_cli(gen({"--policy", "snapkv", "--budget", "16", "--policy-opt", "window=4", "--slack",
+                   "8", "--trace", dir.file("t.json"), "--trace-csv", dir.file("t.csv")}));
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const int64_t streams = 2 * 2;  // llama_gqa: 2 layers x 2 KV heads
+  REQUIRE(j["policy"] == "snapkv");
+  REQUIRE(j["budget"] == 16 * streams);
+  REQUIRE(j["eviction_events"].get<int64_t>() >= 2);
+  REQUIRE(j["kv_entries"].get<int64_t>() <= (16 + 8) * streams);
+  REQUIRE(j["kv_text_entries"] == j["kv_entries"]);
+  REQUIRE(j["kv_image_entries"] == 0);
+  REQUIRE(j["kv_bytes"].get<int64_t>() == j["kv_entries"].get<int64_t>() * 2 * 16 * 4);
+  REQUIRE(j["tokens"].size() == 20);
+  const auto trace = trimkv::test::read_json(dir.file("t.json"));
+  REQUIRE(trace["format"] == "trimkv-trace");
+  REQUIRE(trace["policy"] == "snapkv");
+  REQUIRE(trace["events"].size() == j["eviction_events"].get<size_t>());
+  REQUIRE(trace["options"]["window"] == "4");
+  std::istringstream csv(trimkv::test::read_bytes(dir.file("t.csv")));
+  std::string line;
+  size_t lines = 0;
+  while (std::getline(csv, line)) ++lines;
+  REQUIRE(lines == 1 + trace["events"].size() * streams);
+}
+
+TEST_CASE("trimkv generate without a policy keeps the full cache", "[cli][eviction]") {
+  const Run r = run_cli(gen({}));
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["policy"] == "full");
+  REQUIRE(j["budget"].is_null());
+  REQUIRE(j["eviction_events"] == 0);
+  REQUIRE(j["kv_entries"] == (60 + 19) * 4);
+  // Same tokens as a budget that holds the whole context.
+  const Run big = run_cli(gen({"--policy", "h2o", "--budget", "200"}));
+  REQUIRE(big.code == 0);
+  REQUIRE(nlohmann::json::parse(big.out)["tokens"] == j["tokens"]);
+}
+
+TEST_CASE("trimkv generate refuses bad eviction options with one clear message",
+          "[cli][eviction][errors]") {
+  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "0"})), "positive");
+  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "-4"})), "positive");
+  require_clean_error(run_cli(gen({"--policy", "nope", "--budget", "8"})),
+                      "unknown eviction policy 'nope'");
+  require_clean_error(run_cli(gen({"--policy", "h2o", "--budget", "8", "--policy-opt", "windw=2"})),
+                      "no option 'windw'");
+  require_clean_error(run_cli(gen({"--policy", "dbtrimkv", "--budget", "8"})),
+                      "needs retention gates");
+  require_clean_error(
+      run_cli(gen({"--policy", "dbtrimkv", "--global-budget", "10", "--policy-opt", "floor=3"})),
+      "floor 3");
+  require_clean_error(run_cli(gen({"--budget", "8", "--global-budget", "100"})), "not both");
+  require_clean_error(run_cli(gen({"--policy", "snapkv"})), "needs a budget");
+  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "x"})), "not an integer");
+}
