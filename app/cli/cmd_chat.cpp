@@ -1,0 +1,133 @@
+// `trimkv chat`: an interactive terminal conversation with a vision-language model. Lines are
+// user turns; commands start with '/'. Errors are printed and the conversation goes on.
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "args.h"
+#include "commands.h"
+#include "trimkv/core/error.h"
+#include "trimkv/vision/chat_engine.h"
+
+namespace trimkv::cli {
+
+namespace {
+
+std::atomic<bool> g_chat_cancel{false};
+extern "C" void on_chat_sigint(int) { g_chat_cancel.store(true); }
+
+const char* kChatHelp =
+    "  /image PATH   attach an image to your next message (repeatable; use <image> in the\n"
+    "                message to place it, otherwise images go first)\n"
+    "  /reset        start a new conversation\n"
+    "  /save FILE    save the conversation (JSON messages with image paths)\n"
+    "  /quit         leave (or Ctrl-D); Ctrl-C stops an answer\n";
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+}  // namespace
+
+int cmd_chat(int argc, char** argv, int first) {
+  const std::vector<OptionSpec> specs = {
+      {"model", "DIR", "vision-language checkpoint folder"},
+      {"max-new-tokens", "N", "tokens per answer at most (default 256)"},
+      {"temperature", "T", "sampling temperature; 0 = greedy (default 0)"},
+      {"top-k", "K", "keep the K most likely tokens (0 = off)"},
+      {"top-p", "P", "nucleus sampling mass (1 = off)"},
+      {"repetition-penalty", "R", "penalise tokens already present (1 = off)"},
+      {"seed", "S", "random seed for sampling (default 0)"},
+      {"threads", "N", "CPU threads (default: all cores)"},
+      {"prefill-chunk", "N", "tokens per prefill forward (default 256)"},
+      {"help", "", "show this help"},
+  };
+  Args args("chat", specs, argc, argv, first);
+  if (args.flag("help")) {
+    std::cout << Args::usage("chat", "Chat with a vision-language model in the terminal.", specs)
+              << "\ncommands during the chat:\n" << kChatHelp;
+    return 0;
+  }
+  const std::string model = args.require("model");
+  GenerationParams params;
+  params.max_new_tokens = args.get_int("max-new-tokens", 256);
+  params.sampling.temperature = static_cast<float>(args.get_double("temperature", 0.0));
+  params.sampling.top_k = args.get_int("top-k", 0);
+  params.sampling.top_p = static_cast<float>(args.get_double("top-p", 1.0));
+  params.sampling.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
+  params.sampling.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  validate(params.sampling);
+  if (params.max_new_tokens <= 0) throw UsageError("--max-new-tokens must be > 0");
+  if (!vision::ChatEngine::is_vlm_checkpoint(model))
+    throw UsageError("'" + model + "' is not a vision-language checkpoint (see 'trimkv info')");
+  EngineOptions options;
+  options.threads = args.get_int("threads", 0);
+  options.prefill_chunk = args.get_int("prefill-chunk", 256);
+  auto engine = vision::ChatEngine::load(model, options);
+  const ModelInfo info = engine->info();
+
+  std::cout << "trimkv chat: " << info.dir << " (" << info.family << ", " << info.parameters
+            << " parameters)\n" << kChatHelp << std::flush;
+  std::signal(SIGINT, on_chat_sigint);
+  std::vector<std::string> images;
+  std::string line;
+  while (true) {
+    std::cout << "\n> " << std::flush;
+    if (!std::getline(std::cin, line)) break;
+    line = trim(line);
+    if (line.empty()) continue;
+    try {
+      if (line[0] == '/') {
+        const size_t sp = line.find(' ');
+        const std::string cmd = line.substr(0, sp);
+        const std::string arg = sp == std::string::npos ? "" : trim(line.substr(sp + 1));
+        if (cmd == "/quit" || cmd == "/exit") break;
+        if (cmd == "/help") {
+          std::cout << kChatHelp;
+        } else if (cmd == "/image") {
+          if (arg.empty()) throw UsageError("/image needs a file path");
+          if (!std::filesystem::is_regular_file(arg)) throw UsageError("no such image file: '" + arg + "'");
+          images.push_back(arg);
+          std::cout << "[image " << images.size() << " attached: " << arg << "]\n";
+        } else if (cmd == "/reset") {
+          engine->reset();
+          images.clear();
+          std::cout << "[new conversation]\n";
+        } else if (cmd == "/save") {
+          if (arg.empty()) throw UsageError("/save needs a file name");
+          engine->save_transcript(arg);
+          std::cout << "[saved " << engine->transcript().size() << " messages to " << arg << "]\n";
+        } else {
+          throw UsageError("unknown command '" + cmd + "' (/help lists them)");
+        }
+        continue;
+      }
+      g_chat_cancel.store(false);
+      std::vector<std::string> turn_images;
+      turn_images.swap(images);  // a failed turn drops its images: attach them again
+      engine->add_user_turn(line, turn_images, &g_chat_cancel);
+      const GenerationResult r =
+          engine->respond(params, [](const std::string& piece) { std::cout << piece << std::flush; },
+                          &g_chat_cancel);
+      const vision::ConversationState st = engine->state();
+      const int64_t steps = r.tokens.empty() ? 0 : static_cast<int64_t>(r.tokens.size()) - 1;
+      std::cout << "\n";
+      std::cerr << "[" << r.tokens.size() << " tokens, stop: " << r.stop_reason << ", first token after "
+                << static_cast<int64_t>(r.prefill_ms) << " ms, "
+                << (r.decode_ms > 0 && steps > 0 ? steps * 1000.0 / r.decode_ms : 0.0) << " tok/s; context "
+                << st.tokens << "/" << st.max_tokens << "; KV entries: " << st.kv_text_entries << " text, "
+                << st.kv_image_entries << " image, " << st.kv_special_entries << " special]\n";
+    } catch (const UsageError& e) {
+      std::cout << "error: " << e.what() << "\n";
+    } catch (const Error& e) {
+      std::cout << "error (" << error_kind_name(e.kind()) << "): " << e.what() << "\n";
+    }
+  }
+  std::signal(SIGINT, SIG_DFL);
+  std::cout << "\n";
+  return 0;
+}
+
+}  // namespace trimkv::cli

@@ -1,0 +1,55 @@
+// Plain value types of a multi-turn, multimodal conversation (no tensors): what the CLI and GUI
+// pass in and get back. Images are referred to by file path here; decoding them is vision/'s job
+// (through the Session's TurnEncoder).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trimkv {
+
+// The placeholder that marks where an image goes in a prompt (every family; each family expands
+// it to its own tokens).
+inline constexpr const char* kImagePlaceholder = "<image>";
+
+// One item of a message, in order: a piece of text or an image file.
+struct ContentPart {
+  enum class Kind { Text, Image };
+  Kind kind = Kind::Text;
+  std::string text;  // Kind::Text
+  std::string path;  // Kind::Image
+
+  static ContentPart text_part(std::string t) { return {Kind::Text, std::move(t), {}}; }
+  static ContentPart image_part(std::string p) { return {Kind::Image, {}, std::move(p)}; }
+};
+
+struct Message {
+  std::string role;  // user | assistant | system
+  std::vector<ContentPart> content;
+};
+
+// `text` with kImagePlaceholder markers and the images that fill them, in order, as content
+// parts; when the text has no placeholder the images go first. Error{Input} when the text has
+// placeholders but their number differs from the number of images.
+std::vector<ContentPart> content_from_prompt(const std::string& text,
+                                             const std::vector<std::string>& images);
+
+// An image of the conversation as the model saw it: enough to draw every one of its KV entries
+// back onto the picture. A visual token with (tile t, patch row r, patch col c) covers, in the
+// resized image, the square of side tile_size / grid_side pixels at
+//   x = (t % tile_cols) * tile_size + c * tile_size / grid_side,  y likewise with rows
+// for t < tile_rows * tile_cols; the last tile (the global image, or the only one when the image
+// was not split) covers the whole image, scaled to tile_size x tile_size.
+struct ImageRecord {
+  int16_t image_id = -1;
+  std::string source;                          // file path
+  int width = 0, height = 0;                   // as decoded (EXIF orientation applied)
+  int resized_width = 0, resized_height = 0;   // what the tiles were cut from
+  int tile_rows = 0, tile_cols = 0;            // 0, 0: not split (one tile)
+  int n_tiles = 0;                             // tile_rows * tile_cols + 1, or 1
+  int tile_size = 0;                           // pixels per tile side
+  int grid_side = 0;                           // visual tokens per tile side
+  int64_t n_image_tokens = 0;                  // positions of modality image
+};
+
+}  // namespace trimkv

@@ -1,0 +1,125 @@
+// A multi-turn conversation over one KV cache (DESIGN.md "The data path of one turn"). Adding a
+// user turn encodes only that turn's images and prefills only its tokens onto the existing cache;
+// the assistant's answer is generated (or given as text) and appended; the next turn continues
+// from there. No image code here: media enter through a TurnEncoder that vision/ implements per
+// family, as token ids plus embedding rows tagged with their modality and layout.
+//
+// Failure and cancellation: a turn whose encoding fails (bad image, too long) changes nothing; a
+// turn cancelled or failing during its prefill is rolled back (the cache is rebuilt from the
+// segments before it), so the session stays usable after any error.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/conversation_types.h"
+#include "trimkv/core/generation.h"
+#include "trimkv/core/kv_cache.h"
+#include "trimkv/core/text_model.h"
+
+namespace trimkv {
+
+// Positions to append to the token stream.
+struct StreamSegment {
+  std::vector<int32_t> ids;       // [n]; image positions hold the family's image token id
+  std::vector<TokenInfo> infos;   // [n] modality, image_id, tile, patch row/col; token_index,
+                                  //     rope_position and turn are set by the Session
+  at::Tensor image_embeddings;    // [n_image, hidden_size]: rows for the positions whose
+                                  //     modality is Image, in stream order; undefined if none
+};
+
+// The chat format and media encoder of one model family (implemented in vision/).
+class TurnEncoder {
+ public:
+  virtual ~TurnEncoder() = default;
+  // A user message in the family's chat template: the conversation opening when `first`, the
+  // message, then the assistant generation prompt. Its images are decoded and encoded now; the
+  // k-th gets image id first_image_id + k and its record is appended to `images`. Errors name the
+  // input and leave nothing changed; `cancel` is polled between images and tiles
+  // (Error{Cancelled}).
+  virtual StreamSegment user_turn(const std::vector<ContentPart>& content, bool first,
+                                  int first_image_id, std::vector<ImageRecord>& images,
+                                  const std::atomic<bool>* cancel) const = 0;
+  // The same content without chat template (a raw prompt, as the processor sees plain text).
+  virtual StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
+                                   std::vector<ImageRecord>& images,
+                                   const std::atomic<bool>* cancel) const = 0;
+  // An assistant answer given as text, after the generation prompt, closed.
+  virtual std::vector<int32_t> assistant_turn(const std::string& text) const = 0;
+  // What closes an assistant answer whose tokens are already in the stream (its end-of-turn
+  // token, if generated, is dropped first).
+  virtual std::vector<int32_t> close_assistant_turn() const = 0;
+};
+
+struct SessionOptions {
+  int block_size = kDefaultBlockSize;
+  int prefill_chunk = 256;
+};
+
+class Session {
+ public:
+  // `model` must outlive the session.
+  Session(const TextModel& model, std::shared_ptr<const TurnEncoder> encoder,
+          const SessionOptions& options = {});
+  ~Session();
+
+  // Appends a user message (chat template) and prefills it; the session then awaits an answer.
+  // Error{Input} when an answer is still pending or the context would overflow.
+  void add_user_turn(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel = nullptr);
+  // Appends a prompt without chat template (one-shot generation); awaits an answer.
+  void add_raw_prompt(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel = nullptr);
+  // Generates the answer to the pending prompt and appends it (closed, for chat turns). A
+  // cancelled generation keeps what it produced.
+  GenerationResult generate(const GenerationParams& params, const TextCallback& on_text = {},
+                            const std::atomic<bool>* cancel = nullptr);
+  // Appends an assistant answer given as text (conversation replay).
+  void add_assistant_text(const std::string& text);
+  // Forgets everything (the cache keeps its capacity).
+  void reset();
+  // Puts the cache under an eviction policy (TextRunner::set_eviction), for every later turn and
+  // after reset. Both must outlive the session; nullptrs detach. A rollback replays the kept
+  // segments through the evictor again.
+  void set_eviction(Evictor* evictor, const EntryScorer* scorer = nullptr);
+
+  bool awaiting_answer() const { return m_pending.logits.defined(); }
+  int turn() const { return m_turn; }                        // messages so far
+  const std::vector<int32_t>& ids() const { return m_ids; }  // the whole token stream
+  const std::vector<ImageRecord>& images() const { return m_images; }
+  const std::vector<Message>& transcript() const { return m_transcript; }
+  const KvCache& cache() const { return m_cache; }
+  const TextModel& model() const { return *m_model; }
+  // Logits [vocab] of the last prefilled position (undefined when no answer is pending).
+  const at::Tensor& pending_logits() const { return m_pending.logits; }
+
+ private:
+  struct Stored {  // a prefilled segment, kept to rebuild the cache after a rollback
+    std::vector<int32_t> ids;     // [n]
+    std::vector<TokenInfo> infos; // [n]
+    at::Tensor embeds;            // [n, hidden_size]
+  };
+  // Prefills `seg` as message `turn`; on any error rolls back and rethrows. Returns [vocab].
+  at::Tensor append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel);
+  void rebuild();  // cache := the stored segments
+  void new_runner();
+  void add_prompt(const std::vector<ContentPart>& content, bool chat, const std::atomic<bool>* cancel);
+
+  const TextModel* m_model;
+  std::shared_ptr<const TurnEncoder> m_encoder;
+  SessionOptions m_options;
+  Evictor* m_evictor = nullptr;
+  const EntryScorer* m_scorer = nullptr;
+  KvCache m_cache;
+  std::unique_ptr<TextRunner> m_runner;
+  std::vector<Stored> m_stored;
+  std::vector<int32_t> m_ids;
+  std::vector<ImageRecord> m_images;
+  std::vector<Message> m_transcript;
+  int m_turn = 0;
+  bool m_chat_turn = false;  // the pending prompt is a chat turn (its answer gets closed)
+  PrefilledPrompt m_pending;
+};
+
+}  // namespace trimkv

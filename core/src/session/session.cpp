@@ -1,0 +1,187 @@
+#include "trimkv/core/session.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/kv_stats.h"
+
+namespace trimkv {
+
+Session::Session(const TextModel& model, std::shared_ptr<const TurnEncoder> encoder,
+                 const SessionOptions& options)
+    : m_model(&model),
+      m_encoder(std::move(encoder)),
+      m_options(options),
+      m_cache(kv_geometry_of(model.config, options.block_size)) {
+  TRIMKV_CHECK(m_encoder, Input, "a session needs a turn encoder (model '", model.dir, "')");
+  new_runner();
+}
+
+Session::~Session() = default;
+
+void Session::new_runner() {
+  m_runner = std::make_unique<TextRunner>(*m_model, m_cache, m_options.prefill_chunk);
+  if (m_evictor) m_runner->set_eviction(m_evictor, m_scorer);
+}
+
+void Session::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
+  m_runner->set_eviction(evictor, scorer);  // validates first (gates a policy needs)
+  m_evictor = evictor;
+  m_scorer = scorer;
+}
+
+void Session::rebuild() {
+  m_cache.clear();
+  new_runner();
+  m_ids.clear();
+  for (const Stored& s : m_stored) {
+    m_runner->prefill_embedded(s.ids, s.embeds, s.infos);
+    m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
+  }
+}
+
+at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel) {
+  const int64_t n = static_cast<int64_t>(seg.ids.size());
+  TRIMKV_ASSERT(seg.infos.size() == seg.ids.size());
+  const int64_t limit = m_model->config.max_position_embeddings;
+  TRIMKV_CHECK(static_cast<int64_t>(m_ids.size()) + n <= limit, Input, "this turn needs ", n,
+               " positions but only ", limit - static_cast<int64_t>(m_ids.size()),
+               " of the context (max_position_embeddings = ", limit, " of model '", m_model->dir,
+               "') are left: reset the conversation");
+  Stored s;
+  s.ids = seg.ids;
+  s.infos = seg.infos;
+  for (TokenInfo& t : s.infos) t.turn = static_cast<int16_t>(turn);
+  const TextDecoder& dec = *m_model->decoder;
+  s.embeds = dec.embed(at::tensor(std::vector<int64_t>(seg.ids.begin(), seg.ids.end()), at::kLong));
+  std::vector<int64_t> image_rows;
+  for (int64_t i = 0; i < n; ++i)
+    if (s.infos[i].modality == Modality::Image) image_rows.push_back(i);
+  if (!image_rows.empty()) {
+    TRIMKV_ASSERT(seg.image_embeddings.defined() &&
+                  seg.image_embeddings.size(0) == static_cast<int64_t>(image_rows.size()) &&
+                  seg.image_embeddings.size(1) == s.embeds.size(1));
+    s.embeds.index_copy_(0, at::tensor(image_rows, at::kLong), seg.image_embeddings.to(at::kFloat));
+  }
+  const size_t mark = m_ids.size();
+  try {
+    at::Tensor logits = m_runner->prefill_embedded(s.ids, s.embeds, s.infos, cancel);
+    m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
+    m_stored.push_back(std::move(s));
+    return logits;
+  } catch (...) {
+    if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
+    throw;
+  }
+}
+
+void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
+                         const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(!awaiting_answer(), Input,
+               "the previous prompt has not been answered yet: generate or give the answer first");
+  TRIMKV_CHECK(!content.empty(), Input, "an empty message: give text or an image");
+  std::vector<ImageRecord> images;
+  const int first_image = static_cast<int>(m_images.size());
+  auto t0 = std::chrono::steady_clock::now();
+  StreamSegment seg = chat ? m_encoder->user_turn(content, m_stored.empty(), first_image, images, cancel)
+                           : m_encoder->raw_prompt(content, first_image, images, cancel);
+  PrefilledPrompt p;
+  p.logits = append(seg, m_turn, cancel);
+  p.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  p.ids = seg.ids;
+  p.decode_info.turn = static_cast<int16_t>(m_turn + 1);  // the answer is the next message
+  m_images.insert(m_images.end(), images.begin(), images.end());
+  m_transcript.push_back({"user", content});
+  m_chat_turn = chat;
+  m_pending = std::move(p);
+  ++m_turn;
+}
+
+void Session::add_user_turn(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel) {
+  add_prompt(content, true, cancel);
+}
+
+void Session::add_raw_prompt(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel) {
+  add_prompt(content, false, cancel);
+}
+
+GenerationResult Session::generate(const GenerationParams& params, const TextCallback& on_text,
+                                   const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
+  const size_t mark = m_ids.size();
+  GenerationResult r;
+  try {
+    r = trimkv::generate(*m_runner, m_pending, params, on_text, cancel);
+  } catch (...) {
+    // Drop whatever the failed generation appended; the prompt stays pending.
+    if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
+    throw;
+  }
+  const int answer_turn = m_turn;
+  // Tokens the decode loop already fed through the model (every sampled token but the last).
+  const size_t fed = static_cast<size_t>(m_runner->n_tokens()) - mark;
+  TRIMKV_ASSERT(fed <= r.tokens.size());
+  if (fed > 0) {
+    Stored s;
+    s.ids.assign(r.tokens.begin(), r.tokens.begin() + static_cast<std::ptrdiff_t>(fed));
+    s.infos.assign(fed, m_pending.decode_info);
+    for (size_t i = 0; i < fed; ++i) {
+      s.infos[i].token_index = static_cast<int32_t>(mark + i);
+      s.infos[i].rope_position = s.infos[i].token_index;
+    }
+    s.embeds = m_model->decoder->embed(at::tensor(std::vector<int64_t>(s.ids.begin(), s.ids.end()), at::kLong));
+    m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
+    m_stored.push_back(std::move(s));
+  }
+  m_pending = {};
+  m_transcript.push_back({"assistant", {ContentPart::text_part(r.text)}});
+  ++m_turn;
+  if (m_chat_turn) {
+    // Close the answer: its unfed tokens (not an end-of-turn token), then the family's closing.
+    std::vector<int32_t> rest(r.tokens.begin() + static_cast<std::ptrdiff_t>(fed), r.tokens.end());
+    const auto& eos = m_model->config.eos_token_ids;
+    if (!rest.empty() && std::find(eos.begin(), eos.end(), rest.back()) != eos.end()) rest.pop_back();
+    const std::vector<int32_t> close = m_encoder->close_assistant_turn();
+    rest.insert(rest.end(), close.begin(), close.end());
+    if (!rest.empty()) {
+      StreamSegment seg;
+      seg.ids = rest;
+      seg.infos.assign(rest.size(), TokenInfo{});
+      append(seg, answer_turn, nullptr);
+    }
+  }
+  const KvBookkeeping& kv = m_cache.bookkeeping();
+  r.kv_entries = kv.total_entries();
+  r.kv_bytes = m_cache.bytes_held();
+  const ModalityCounts counts = count_entries_by_modality(kv);
+  r.kv_text_entries = counts.text;
+  r.kv_image_entries = counts.image;
+  return r;
+}
+
+void Session::add_assistant_text(const std::string& text) {
+  TRIMKV_CHECK(awaiting_answer(), Input, "an assistant answer must follow a user turn");
+  StreamSegment seg;
+  seg.ids = m_encoder->assistant_turn(text);
+  seg.infos.assign(seg.ids.size(), TokenInfo{});
+  append(seg, m_turn, nullptr);
+  m_pending = {};
+  m_transcript.push_back({"assistant", {ContentPart::text_part(text)}});
+  ++m_turn;
+}
+
+void Session::reset() {
+  m_stored.clear();
+  m_ids.clear();
+  m_images.clear();
+  m_transcript.clear();
+  m_turn = 0;
+  m_pending = {};
+  m_cache.clear();
+  new_runner();
+}
+
+}  // namespace trimkv

@@ -1,0 +1,129 @@
+// The `trimkv` command line with vision-language checkpoints: info, generate --image, chat.
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+
+#include "test_util.h"
+
+namespace {
+
+struct VRun {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string q(const std::string& s) {
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+
+VRun run(const std::vector<std::string>& args, const std::string& input = "") {
+  trimkv::test::ScratchDir dir("cli-vision");
+  trimkv::test::write_text(dir.file("in"), input);
+  std::string cmd = q(TRIMKV_CLI_PATH);
+  for (const auto& a : args) cmd += " " + q(a);
+  cmd += " 2>" + q(dir.file("err")) + " <" + q(dir.file("in"));
+  VRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = trimkv::test::read_bytes(dir.file("err"));
+  return r;
+}
+
+const std::string kVlm = trimkv::test::data_dir() + "/vlm/smolvlm";
+std::string image(const std::string& name) { return trimkv::test::data_dir() + "/vlm/images/" + name; }
+
+}  // namespace
+
+TEST_CASE("trimkv info recognises a SmolVLM checkpoint and reports its vision side", "[cli][vision]") {
+  VRun r = run({"info", "--model", kVlm, "--json"});
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["family"] == "idefics3");
+  REQUIRE(j["model_type"] == "smolvlm");
+  REQUIRE(j["vision"]["tokens_per_tile"] == 16);
+  REQUIRE(j["vision"]["image_splitting"] == true);
+  r = run({"info", "--model", kVlm});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("16 tokens per tile"));
+  // Text-only folders are unchanged.
+  r = run({"info", "--model", trimkv::test::model_dir("llama_gqa"), "--json"});
+  REQUIRE(r.code == 0);
+  REQUIRE(nlohmann::json::parse(r.out)["family"] == "llama");
+}
+
+TEST_CASE("trimkv generate --image prints the prompt ids' continuation with per-modality KV counts",
+          "[cli][vision]") {
+  const auto expected = trimkv::test::read_json(kVlm + "/expected.json")["cases"];
+  VRun r = run({"generate", "--model", kVlm, "--prompt", "First <image> then <image>, compare them.", "--image",
+                image("a.png"), "--image", image("gray.png"), "--max-new-tokens", "4", "--ignore-eos", "--json"});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  auto j = nlohmann::json::parse(r.out);
+  REQUIRE(j["prompt_tokens"] == expected["multi"]["input_ids"].size());
+  REQUIRE(j["generated_tokens"] == 4);
+  for (const char* key : {"tokens", "text", "stop_reason", "kv_entries", "kv_bytes", "prefill_ms", "decode_ms",
+                          "prefill_tokens_per_s", "decode_tokens_per_s", "kv_text_entries", "kv_image_entries"})
+    REQUIRE(j.contains(key));
+  REQUIRE(j["kv_image_entries"] == 2 * 80 * 2 * 2);  // 2 images x 80 tokens x 2 layers x 2 KV heads
+  // Without a placeholder the image goes first: the ids of "<image>What do you see?".
+  r = run({"generate", "--model", kVlm, "--prompt", "What do you see?", "--image", image("a.png"),
+           "--max-new-tokens", "12", "--ignore-eos", "--json"});
+  REQUIRE(r.code == 0);
+  j = nlohmann::json::parse(r.out);
+  REQUIRE(j["prompt_tokens"] == expected["split"]["input_ids"].size());
+  REQUIRE(j["tokens"] == expected["split"]["greedy"]);
+}
+
+TEST_CASE("trimkv generate refuses bad images and placeholder mismatches with clear errors",
+          "[cli][vision][errors]") {
+  for (const char* bad : {"not_an_image.png", "empty.png", "truncated.png", "truncated.jpg", "bomb.png"}) {
+    VRun r = run({"generate", "--model", kVlm, "--prompt", "x", "--image", image(bad)});
+    CAPTURE(bad, r.err);
+    REQUIRE(r.code == 1);
+    REQUIRE_THAT(r.err, Catch::Contains(bad));
+  }
+  VRun r = run({"generate", "--model", kVlm, "--prompt", "<image> and <image>", "--image", image("a.png")});
+  REQUIRE(r.code == 1);
+  REQUIRE_THAT(r.err, Catch::Contains("2 <image> placeholders but 1 image"));
+  r = run({"generate", "--model", kVlm, "--prompt", "<image>", "--image", image("a.png"), "--image", image("b.jpg")});
+  REQUIRE(r.code == 1);
+  REQUIRE_THAT(r.err, Catch::Contains("1 <image> placeholder but 2 images"));
+  r = run({"generate", "--model", trimkv::test::model_dir("llama_gqa"), "--prompt", "x", "--image", image("a.png")});
+  REQUIRE(r.code == 2);
+  REQUIRE_THAT(r.err, Catch::Contains("not one"));
+}
+
+TEST_CASE("trimkv chat: images, streaming answers, errors that keep the session, save, reset, quit",
+          "[cli][vision]") {
+  trimkv::test::ScratchDir dir("chat");
+  const std::string input = "/image " + image("a.png") + "\nWhat is this?\n/image " + image("truncated.jpg") +
+                            "\nAnd this?\n/image /no/such.png\n/frobnicate\nStill there?\n/save " +
+                            dir.file("t.json") + "\n/reset\nHello again\n/quit\n";
+  VRun r = run({"chat", "--model", kVlm, "--max-new-tokens", "3"}, input);
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("[image 1 attached"));
+  REQUIRE_THAT(r.out, Catch::Contains("truncated.jpg"));
+  REQUIRE_THAT(r.out, Catch::Contains("no such image file"));
+  REQUIRE_THAT(r.out, Catch::Contains("unknown command '/frobnicate'"));
+  REQUIRE_THAT(r.out, Catch::Contains("[new conversation]"));
+  const auto t = trimkv::test::read_json(dir.file("t.json"));
+  // Turn 1 with its image and answer, the failed turn absent, "Still there?" and its answer.
+  REQUIRE(t["messages"].size() == 4);
+  REQUIRE(t["messages"][0]["content"][0]["type"] == "image");
+  REQUIRE(t["messages"][2]["content"][0]["text"] == "Still there?");
+  // Three answers streamed, each with a stats line.
+  size_t stats = 0;
+  for (size_t p = r.err.find("KV entries"); p != std::string::npos; p = r.err.find("KV entries", p + 1)) ++stats;
+  REQUIRE(stats == 3);
+  // Ctrl-D ends the chat too.
+  REQUIRE(run({"chat", "--model", kVlm}, "").code == 0);
+}

@@ -1,0 +1,105 @@
+// World evaluation pieces: replay records read back from write_world's files, answer scoring,
+// breakdowns.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "test_util.h"
+#include "trimkv/core/error.h"
+#include "trimkv/vision/world.h"
+#include "trimkv/vision/world_eval.h"
+
+namespace w = trimkv::vision::world;
+using trimkv::test::ScratchDir;
+
+TEST_CASE("world eval: records read back match the generated conversations", "[world][eval]") {
+  ScratchDir dir("world-eval");
+  const auto files = w::write_world(dir.path(), w::Split::Test, 8, 40, {});
+  const auto records = w::read_world_jsonl(files.jsonl);
+  REQUIRE(records.size() == 40);
+  CHECK(w::read_world_jsonl(files.jsonl, 7).size() == 7);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const w::Conversation conv = w::make_conversation(8, w::Split::Test, static_cast<int64_t>(i), {});
+    const w::WorldRecord& rec = records[i];
+    CHECK(rec.id == conv.id);
+    REQUIRE(rec.turns.size() == conv.turns.size());
+    CHECK(rec.n_images == static_cast<int>(conv.scenes.size()));
+    int n_shown = 0;
+    std::vector<int> turn_of_image;
+    for (size_t t = 0; t < rec.turns.size(); ++t) {
+      const w::WorldTurn& turn = rec.turns[t];
+      CHECK(turn.text == conv.turns[t].text);
+      CHECK(turn.answer == conv.turns[t].answer);
+      CHECK(turn.type == conv.turns[t].type);
+      CHECK(turn.about == conv.turns[t].about);
+      REQUIRE(turn.images.size() == conv.turns[t].new_images.size());
+      for (const auto& path : turn.images) {
+        CHECK(std::filesystem::is_regular_file(path));
+        turn_of_image.push_back(static_cast<int>(t));
+      }
+      n_shown += static_cast<int>(turn.images.size());
+      // Distances by brute force.
+      int newest = -1, oldest = 1 << 20;
+      for (int k : turn.about) newest = std::max(newest, k), oldest = std::min(oldest, k);
+      CHECK(turn.images_since == n_shown - 1 - newest);
+      CHECK(turn.turns_since == static_cast<int>(t) - turn_of_image[oldest]);
+      CHECK(turn.images_since >= 0);
+      CHECK(turn.turns_since >= 0);
+    }
+  }
+}
+
+TEST_CASE("world eval: malformed files fail naming the line", "[world][eval]") {
+  ScratchDir dir("world-eval-bad");
+  trimkv::test::write_text(dir.file("a.jsonl"),
+                           "{\"id\":\"x\",\"images\":[\"a.png\"],\"turns\":[{\"text\":\"Hi?\",\"answer\":\"no\"}]}\n");
+  try {
+    w::read_world_jsonl(dir.file("a.jsonl"));
+    FAIL("no error");
+  } catch (const trimkv::Error& e) {
+    CHECK(e.kind() == trimkv::ErrorKind::Format);
+    CHECK_THAT(e.what(), Catch::Contains("a.jsonl:1") && Catch::Contains("placeholders"));
+  }
+  trimkv::test::write_text(dir.file("b.jsonl"), "{\"id\":\"x\",\"images\":[\"a.png\"],\"turns\":[{\"text\":\"<image>Hi?\","
+                                                "\"answer\":\"no\",\"about\":[2]}]}\n");
+  CHECK_THROWS_WITH(w::read_world_jsonl(dir.file("b.jsonl")), Catch::Contains("not shown yet"));
+  trimkv::test::write_text(dir.file("c.jsonl"), "{\"id\": 3}\n");
+  CHECK_THROWS_WITH(w::read_world_jsonl(dir.file("c.jsonl")), Catch::Contains("c.jsonl:1"));
+  CHECK_THROWS_AS(w::read_world_jsonl(dir.file("missing.jsonl")), trimkv::Error);
+}
+
+TEST_CASE("world eval: answers match exactly after normalisation", "[world][eval]") {
+  CHECK(w::normalize_answer("  Top   Left. ") == "top left");
+  CHECK(w::normalize_answer(" red") == "red");
+  CHECK(w::normalize_answer("Yes!") == "yes");
+  CHECK(w::answer_correct("red", " Red."));
+  CHECK(w::answer_correct("image 2", "Image 2"));
+  CHECK(w::answer_correct("3", "3"));
+  CHECK_FALSE(w::answer_correct("red", "red circle"));
+  CHECK_FALSE(w::answer_correct("3", "13"));
+  CHECK_FALSE(w::answer_correct("yes", ""));
+}
+
+TEST_CASE("world eval: summaries count by type and distance", "[world][eval]") {
+  std::vector<w::EvalRecord> records(4);
+  records[0] = {"a", 0, "count_shape", "2", "2", true, 0, 0, 100};
+  records[1] = {"a", 1, "count_shape", "1", "2", false, 2, 1, 300};
+  records[2] = {"b", 0, "exists", "yes", "yes", true, 2, 1, 200};
+  records[3] = {"b", 1, "more_shape", "image 1", "image 1", true, 0, 0, 200};
+  const w::EvalSummary s = w::summarize(records);
+  CHECK(s.all.n == 4);
+  CHECK(s.all.correct == 3);
+  CHECK(s.all.accuracy() == Approx(0.75));
+  CHECK(s.by_type.at("count_shape").accuracy() == Approx(0.5));
+  CHECK(s.by_images_since.at(2).n == 2);
+  CHECK(s.by_images_since.at(2).correct == 1);
+  CHECK(s.max_kv_entries == 300);
+  CHECK(s.mean_kv_entries == Approx(200));
+  const auto j = nlohmann::json::parse(w::summary_json(s));
+  CHECK(j.at("accuracy").get<double>() == Approx(0.75));
+  CHECK(j.at("by_type").at("exists").at("n") == 1);
+  CHECK(j.at("by_images_since").at("0").at("correct") == 2);
+  const auto line = nlohmann::json::parse(w::record_json(records[1]));
+  CHECK(line.at("generated") == "2");
+  CHECK(line.at("correct") == false);
+}

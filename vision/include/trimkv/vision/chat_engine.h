@@ -1,0 +1,71 @@
+// The public API app/ uses for vision-language models (STYLE.md §1): plain values in and out, no
+// LibTorch header. A ChatEngine owns a loaded VLM and one conversation (a core Session):
+// user turns with text and image files, streamed answers, reset, cancel. Errors are
+// trimkv::Error values naming the input; after any error the conversation is as before the call.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/conversation_types.h"
+#include "trimkv/core/engine.h"
+#include "trimkv/core/generation_types.h"
+#include "trimkv/vision/vlm_info.h"
+
+namespace trimkv::vision {
+
+// Where a conversation stands.
+struct ConversationState {
+  int turns = 0;                    // messages so far
+  int64_t tokens = 0;               // positions in the token stream
+  int64_t max_tokens = 0;           // max_position_embeddings
+  int64_t kv_entries = 0, kv_text_entries = 0, kv_image_entries = 0, kv_special_entries = 0;
+  int64_t kv_bytes = 0;
+  bool awaiting_answer = false;
+  std::vector<ImageRecord> images;  // every image of the conversation, by image id
+};
+
+class ChatEngine {
+ public:
+  // Whether `dir` is a checkpoint of a known vision-language family (reads config.json only).
+  static bool is_vlm_checkpoint(const std::string& dir);
+  // Loads a VLM checkpoint folder. Errors name the folder, file, field or tensor.
+  static std::unique_ptr<ChatEngine> load(const std::string& dir, const EngineOptions& options = {});
+  ~ChatEngine();
+
+  ModelInfo info() const;          // the text decoder, as Engine::info()
+  VisionInfo vision_info() const;  // the vision side
+
+  // One-shot generation on a fresh conversation: `prompt` with <image> placeholders filled by
+  // `images` in order (none: the images go first). chat_template = false: the prompt is used as
+  // is (as the Hugging Face processor does); true: it becomes one user turn of the chat template.
+  GenerationResult generate(const std::string& prompt, const std::vector<std::string>& images,
+                            const GenerationParams& params, bool chat_template = false,
+                            const TextCallback& on_text = {}, const std::atomic<bool>* cancel = nullptr);
+
+  // --- the conversation -----------------------------------------------------------------------
+  // Adds a user turn (text with optional <image> placeholders; images without placeholders go
+  // first): only its images are encoded and only its tokens prefilled.
+  void add_user_turn(const std::string& text, const std::vector<std::string>& images,
+                     const std::atomic<bool>* cancel = nullptr);
+  void add_user_turn(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel = nullptr);
+  // Generates and appends the assistant's answer, streaming its text.
+  GenerationResult respond(const GenerationParams& params, const TextCallback& on_text = {},
+                           const std::atomic<bool>* cancel = nullptr);
+  // Appends an assistant answer given as text (replaying a saved conversation).
+  void add_assistant_text(const std::string& text);
+  void reset();
+  ConversationState state() const;
+  const std::vector<Message>& transcript() const;
+  // The transcript as JSON (Hugging Face messages: role + content parts with "text" / "image").
+  std::string transcript_json() const;
+  void save_transcript(const std::string& path) const;  // Error{Io} naming the file
+
+ private:
+  struct Impl;
+  explicit ChatEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> m_impl;
+};
+
+}  // namespace trimkv::vision

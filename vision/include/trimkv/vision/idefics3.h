@@ -1,0 +1,122 @@
+// Idefics3 / SmolVLM (MODELS.md "SmolVLM (Idefics3)"): the image processor (slow, PIL path),
+// the SigLIP tower + pixel-shuffle connector, the prompt expansion of <image> and the tagging of
+// every position with its image, tile and patch. The family file (src/families/idefics3.cpp)
+// binds the weights and registers the family; this header is what tests and the registry use.
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/kv_types.h"
+#include "trimkv/vision/image.h"
+#include "trimkv/vision/resample.h"
+#include "trimkv/vision/vit.h"
+
+namespace trimkv {
+class WeightStore;
+}
+
+namespace trimkv::vision {
+
+// Idefics3ImageProcessor(Pil) settings; defaults are the class defaults.
+struct Idefics3ProcessorConfig {
+  bool do_resize = true;
+  int longest_edge = 4 * 364;   // "size": {"longest_edge"}
+  int tile_size = 364;          // "max_image_size": {"longest_edge"}
+  bool do_image_splitting = true;
+  ResampleFilter resample = ResampleFilter::Lanczos;
+  bool do_rescale = true;
+  double rescale_factor = 1.0 / 255.0;
+  bool do_normalize = true;
+  float mean[3] = {0.5f, 0.5f, 0.5f};
+  float std[3] = {0.5f, 0.5f, 0.5f};
+
+  // Reads <dir>/preprocessor_config.json, else the "image_processor" section of
+  // <dir>/processor_config.json (transformers v5), else the defaults. Errors name file and field.
+  static Idefics3ProcessorConfig from_folder(const std::string& dir);
+};
+
+// One preprocessed image.
+struct Idefics3Tiles {
+  at::Tensor pixels;  // [n_tiles, 3, tile_size, tile_size]: tiles row-major, global image last
+  int rows = 0, cols = 0;                     // 0, 0: not split (pixels holds one image)
+  int width = 0, height = 0;                  // input size
+  int resized_width = 0, resized_height = 0;  // the image the tiles were cut from
+};
+
+// The slow processor's _preprocess for one image: longest-edge resize (even-adjusted, capped at
+// 4096), resize to multiples of the tile size and split (or one square resize when not
+// splitting), then rescale and normalise in float32 as numpy does.
+Idefics3Tiles idefics3_preprocess(const RgbImage& image, const Idefics3ProcessorConfig& cfg);
+
+// The text an <image> placeholder expands to (Idefics3Processor.replace_image_token).
+std::string idefics3_image_prompt(int rows, int cols, int image_seq_len);
+
+// Ids of the structural tokens, looked up in the tokenizer.
+struct Idefics3TokenIds {
+  int32_t image = -1, fake = -1, global = -1;
+  std::vector<std::vector<int32_t>> row_col;  // [6][6]: <row_{r+1}_col_{c+1}>, -1 if absent
+};
+
+// Tags the positions of a tokenized, expanded prompt: <image> tokens get modality Image with
+// their image id (first_image_id + k for the k-th image), tile (row-major, global last) and patch
+// row/column in the tile's grid_side x grid_side token grid; the markers around them
+// (<fake_token_around_image>, <row_r_col_c>, <global-img>, the newlines between tile rows) get
+// modality Special with the image id and tile; everything else is Text. grids: (rows, cols) per
+// image in order. Error{Internal} when the ids do not have the expected structure.
+std::vector<TokenInfo> idefics3_tag_tokens(const std::vector<int32_t>& ids, const Idefics3TokenIds& tok,
+                                           const std::vector<std::pair<int, int>>& grids,
+                                           int grid_side, int first_image_id);
+
+struct Idefics3Config {
+  VitConfig vision;
+  int64_t scale_factor = 2;
+  int32_t image_token_id = -1;
+  int64_t text_hidden_size = 0;
+  int64_t image_seq_len() const {
+    const int64_t g = vision.patches_per_side() / scale_factor;
+    return g * g;
+  }
+  // Reads config.json (vision_config, scale_factor, image_token_id, text_config.hidden_size) and
+  // checks the geometry is consistent. Errors name the file and field.
+  static Idefics3Config from_file(const std::string& config_path);
+};
+
+// SigLIP tower (patch embedding, bucketed positions, encoder, post-LayerNorm) and connector
+// (pixel shuffle, Linear without bias).
+class Idefics3Vision {
+ public:
+  // Binds the tower and connector tensors (declarative table in the family file).
+  static std::shared_ptr<Idefics3Vision> load(const Idefics3Config& cfg, const WeightStore& ws);
+
+  const Idefics3Config& config() const { return m_cfg; }
+  int64_t parameter_count() const;
+
+  // pixels [N, 3, S, S] -> last hidden state after post_layernorm [N, (S/p)^2, D]. `cancel` is
+  // polled between tiles (Error{Cancelled}).
+  at::Tensor tower(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr) const;
+  // [N, (S/p)^2, D] -> [N, image_seq_len, text_hidden]
+  at::Tensor connector(const at::Tensor& hidden) const;
+  at::Tensor encode(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr) const {
+    return connector(tower(pixels, cancel));
+  }
+
+  struct Weights {
+    at::Tensor patch_w;    // [D, 3 * p * p] (conv weight flattened)
+    at::Tensor patch_b;    // [D]
+    at::Tensor pos_embed;  // [(S/p)^2, D]
+    std::vector<VitLayerWeights> layers;
+    at::Tensor post_ln_w, post_ln_b;  // [D]
+    at::Tensor proj;       // [text_hidden, D * s^2]
+  };
+  Idefics3Vision(Idefics3Config cfg, Weights w);
+
+ private:
+  Idefics3Config m_cfg;
+  Weights m_w;
+};
+
+}  // namespace trimkv::vision

@@ -1,0 +1,75 @@
+// Evaluation on the synthetic world (issue 6): a world JSONL read back as turns to replay, the
+// scoring of generated answers, and the accuracy breakdowns (by question type, and by how far
+// back the needed image is: the part that eviction policies are compared on). Plain C++: the
+// runner that drives a model (`trimkv eval`) sits on top.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace trimkv::vision::world {
+
+struct WorldTurn {
+  std::string text;                 // the user's text with its "<image>" placeholders
+  std::string answer;               // the expected answer
+  std::string type;                 // question type (question_types())
+  std::vector<std::string> images;  // the files this turn shows, in placeholder order, resolved
+                                    // against the JSONL file's folder
+  std::vector<int> about;           // 0-based conversation images the answer depends on
+  int images_since = 0;  // images shown after the newest image the answer needs (0: the newest)
+  int turns_since = 0;   // user turns since the oldest image the answer needs was shown
+};
+
+struct WorldRecord {
+  std::string id;
+  int n_images = 0;
+  std::vector<WorldTurn> turns;
+};
+
+// Reads a world JSONL (write_world's format) for replay; at most `limit` conversations when
+// limit >= 0. Error{Io} for a missing file; Error{Format} naming the file and line for a
+// malformed line, a placeholder count that differs from the images, or an "about" image not yet
+// shown.
+std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit = -1);
+
+// Lowercase, whitespace runs collapsed to one space, trimmed, trailing ". ! ?" dropped.
+std::string normalize_answer(std::string_view text);
+// Exact match after normalize_answer on both sides (answers are one word, a digit, "top left",
+// "image 2": anything more or less is wrong).
+bool answer_correct(std::string_view expected, std::string_view generated);
+
+struct EvalRecord {
+  std::string id;        // conversation
+  int turn = 0;          // 0-based
+  std::string type;
+  std::string expected, generated;
+  bool correct = false;
+  int images_since = 0, turns_since = 0;
+  int64_t kv_entries = 0;  // held by the cache after the answer
+};
+
+struct Tally {
+  int64_t n = 0, correct = 0;
+  double accuracy() const { return n > 0 ? static_cast<double>(correct) / static_cast<double>(n) : 0.0; }
+  void add(bool ok) { ++n, correct += ok ? 1 : 0; }
+};
+
+struct EvalSummary {
+  Tally all;
+  std::map<std::string, Tally> by_type;
+  std::map<int, Tally> by_images_since;  // 0..7
+  std::map<int, Tally> by_turns_since;   // 0..5
+  int64_t max_kv_entries = 0;
+  double mean_kv_entries = 0;
+};
+
+EvalSummary summarize(const std::vector<EvalRecord>& records);
+// {"accuracy", "n", "correct", "by_type": {type: {"accuracy", "n", "correct"}}, "by_images_since":
+// {...}, "by_turns_since": {...}, "kv_entries": {"max", "mean"}} (2-space indent).
+std::string summary_json(const EvalSummary& summary);
+// One JSON object (one line) per record.
+std::string record_json(const EvalRecord& record);
+
+}  // namespace trimkv::vision::world

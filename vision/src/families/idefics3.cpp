@@ -1,0 +1,335 @@
+// Idefics3 / SmolVLM family (model_type idefics3, smolvlm): SigLIP tower with bucketed position
+// ids, pixel-shuffle connector, Llama text decoder (core), the SmolVLM chat template. Weight names
+// in one table; the blocks are the shared ones of vit.h.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/weight_store.h"
+#include "trimkv/kernels/linear.h"
+#include "trimkv/vision/idefics3.h"
+#include "trimkv/vision/vlm.h"
+
+namespace trimkv::vision {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// --- tensor table ---------------------------------------------------------------------------
+// Roots of the tower and of the connector: transformers v4/v5 ("model.") and bare exports.
+const std::vector<std::string> kVisionRoots = {"model.vision_model.", "vision_model."};
+const std::vector<std::string> kConnector = {"model.connector.modality_projection.proj.weight",
+                                             "connector.modality_projection.proj.weight"};
+constexpr const char* kPatchW = "embeddings.patch_embedding.weight";  // [D, C, p, p]
+constexpr const char* kPatchB = "embeddings.patch_embedding.bias";    // [D]
+constexpr const char* kPosEmbed = "embeddings.position_embedding.weight";  // [(S/p)^2, D]
+constexpr const char* kPostLnW = "post_layernorm.weight";
+constexpr const char* kPostLnB = "post_layernorm.bias";
+constexpr const char* kLayers = "encoder.layers.";
+const std::vector<VitTensorSpec> kLayerTable = {
+    {VitTensor::ln1_w, "layer_norm1.weight"},     {VitTensor::ln1_b, "layer_norm1.bias"},
+    {VitTensor::q_w, "self_attn.q_proj.weight"},  {VitTensor::q_b, "self_attn.q_proj.bias"},
+    {VitTensor::k_w, "self_attn.k_proj.weight"},  {VitTensor::k_b, "self_attn.k_proj.bias"},
+    {VitTensor::v_w, "self_attn.v_proj.weight"},  {VitTensor::v_b, "self_attn.v_proj.bias"},
+    {VitTensor::o_w, "self_attn.out_proj.weight"}, {VitTensor::o_b, "self_attn.out_proj.bias"},
+    {VitTensor::ln2_w, "layer_norm2.weight"},     {VitTensor::ln2_b, "layer_norm2.bias"},
+    {VitTensor::fc1_w, "mlp.fc1.weight"},         {VitTensor::fc1_b, "mlp.fc1.bias"},
+    {VitTensor::fc2_w, "mlp.fc2.weight"},         {VitTensor::fc2_b, "mlp.fc2.bias"},
+};
+
+// --- chat template (SmolVLM-Instruct) --------------------------------------------------------
+// "<|im_start|>" once, then per message "Role:" ("Role: " unless the content starts with an
+// image) + contents + "<end_of_utterance>\n"; the generation prompt is "Assistant:".
+constexpr const char* kConversationStart = "<|im_start|>";
+constexpr const char* kEndOfUtterance = "<end_of_utterance>\n";
+constexpr const char* kGenerationPrompt = "Assistant:";
+
+int64_t int_field(const json& j, const char* key, int64_t fallback, const std::string& path,
+                  const char* section) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  TRIMKV_CHECK(j[key].is_number_integer(), Config, "'", path, "': field '", section, key,
+               "' must be an integer, got ", j[key].dump());
+  const int64_t v = j[key].get<int64_t>();
+  TRIMKV_CHECK(v > 0, Config, "'", path, "': field '", section, key, "' must be positive, got ", v);
+  return v;
+}
+
+class Idefics3Encoder final : public TurnEncoder {
+ public:
+  Idefics3Encoder(std::string dir, std::shared_ptr<Tokenizer> tok, std::shared_ptr<Idefics3Vision> vision,
+                  Idefics3ProcessorConfig proc, Idefics3TokenIds ids)
+      : m_dir(std::move(dir)), m_tok(std::move(tok)), m_vision(std::move(vision)),
+        m_proc(proc), m_ids(std::move(ids)) {}
+
+  StreamSegment user_turn(const std::vector<ContentPart>& content, bool first, int first_image_id,
+                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel) const override {
+    TRIMKV_CHECK(!content.empty(), Input, "an empty user message");
+    const bool image_first = content.front().kind == ContentPart::Kind::Image;
+    const std::string before = std::string(first ? kConversationStart : "") + "User" + (image_first ? ":" : ": ");
+    return encode(content, before, std::string(kEndOfUtterance) + kGenerationPrompt, first_image_id, images, cancel);
+  }
+  StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
+                           std::vector<ImageRecord>& images, const std::atomic<bool>* cancel) const override {
+    return encode(content, "", "", first_image_id, images, cancel);
+  }
+  std::vector<int32_t> assistant_turn(const std::string& text) const override {
+    return m_tok->encode(" " + text + kEndOfUtterance);
+  }
+  std::vector<int32_t> close_assistant_turn() const override { return m_tok->encode(kEndOfUtterance); }
+
+ private:
+  StreamSegment encode(const std::vector<ContentPart>& content, const std::string& before,
+                       const std::string& after, int first_image_id, std::vector<ImageRecord>& images,
+                       const std::atomic<bool>* cancel) const {
+    const Idefics3Config& cfg = m_vision->config();
+    const int seq = static_cast<int>(cfg.image_seq_len());
+    const int side = static_cast<int>(cfg.vision.patches_per_side() / cfg.scale_factor);
+    std::string text = before;
+    std::vector<Idefics3Tiles> tiles;
+    std::vector<std::pair<int, int>> grids;
+    std::vector<ImageRecord> records;
+    for (const ContentPart& part : content) {
+      if (part.kind == ContentPart::Kind::Text) {
+        TRIMKV_CHECK(part.text.find(kImagePlaceholder) == std::string::npos, Input,
+                     "a text part holds an ", kImagePlaceholder,
+                     " placeholder but no image fills it (give the image as its own part)");
+        text += part.text;
+        continue;
+      }
+      const RgbImage img = decode_image_file(part.path);
+      Idefics3Tiles t = idefics3_preprocess(img, m_proc);
+      text += idefics3_image_prompt(t.rows, t.cols, seq);
+      ImageRecord r;
+      r.image_id = static_cast<int16_t>(first_image_id + static_cast<int>(records.size()));
+      r.source = part.path;
+      r.width = t.width;
+      r.height = t.height;
+      r.resized_width = t.resized_width;
+      r.resized_height = t.resized_height;
+      r.tile_rows = t.rows;
+      r.tile_cols = t.cols;
+      r.n_tiles = static_cast<int>(t.pixels.size(0));
+      r.tile_size = m_proc.tile_size;
+      r.grid_side = side;
+      r.n_image_tokens = static_cast<int64_t>(r.n_tiles) * seq;
+      records.push_back(r);
+      grids.emplace_back(t.rows, t.cols);
+      tiles.push_back(std::move(t));
+    }
+    text += after;
+    StreamSegment seg;
+    seg.ids = m_tok->encode(text);
+    seg.infos = idefics3_tag_tokens(seg.ids, m_ids, grids, side, first_image_id);
+    std::vector<at::Tensor> feats;
+    for (const Idefics3Tiles& t : tiles)
+      feats.push_back(m_vision->encode(t.pixels, cancel).reshape({-1, cfg.text_hidden_size}));
+    if (!feats.empty()) seg.image_embeddings = at::cat(feats, 0);
+    images.insert(images.end(), records.begin(), records.end());
+    return seg;
+  }
+
+  std::string m_dir;
+  std::shared_ptr<Tokenizer> m_tok;
+  std::shared_ptr<Idefics3Vision> m_vision;
+  Idefics3ProcessorConfig m_proc;
+  Idefics3TokenIds m_ids;
+};
+
+std::shared_ptr<VlmModel> load_idefics3(const std::string& dir) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  auto m = std::make_shared<VlmModel>();
+  m->text = load_text_model(dir);
+  TRIMKV_CHECK(m->text.tokenizer, Config, "vision-language checkpoint '", dir,
+               "' has no tokenizer.json (its image tokens are needed)");
+  Idefics3Config cfg = Idefics3Config::from_file(config_path);
+  cfg.text_hidden_size = m->text.config.hidden_size;
+  TRIMKV_CHECK(cfg.image_token_id >= 0 && cfg.image_token_id < m->text.config.vocab_size, Config, "'",
+               config_path, "': image_token_id ", cfg.image_token_id, " is outside the vocabulary [0, ",
+               m->text.config.vocab_size, ")");
+  const WeightStore ws = WeightStore::open_folder(dir);
+  auto vision = Idefics3Vision::load(cfg, ws);
+  const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
+  TRIMKV_CHECK(proc.tile_size == cfg.vision.image_size, Config, "checkpoint '", dir,
+               "': the processor's max_image_size.longest_edge (", proc.tile_size,
+               ") differs from vision_config.image_size (", cfg.vision.image_size, ")");
+  // The processor's image_seq_len (processor_config.json) must be what the tower produces.
+  const std::string pc = (fs::path(dir) / "processor_config.json").string();
+  if (fs::exists(pc)) {
+    std::ifstream in(pc);
+    const json j = json::parse(in, nullptr, false);
+    if (j.is_object() && j.contains("image_seq_len") && j["image_seq_len"].is_number_integer())
+      TRIMKV_CHECK(j["image_seq_len"].get<int64_t>() == cfg.image_seq_len(), Config, "'", pc,
+                   "': image_seq_len ", j["image_seq_len"].get<int64_t>(),
+                   " contradicts the vision config, which gives (", cfg.vision.image_size, "/",
+                   cfg.vision.patch_size, ")^2 / ", cfg.scale_factor, "^2 = ", cfg.image_seq_len());
+  }
+  const Tokenizer& tok = *m->text.tokenizer;
+  Idefics3TokenIds ids;
+  ids.image = tok.token_to_id("<image>");
+  ids.fake = tok.token_to_id("<fake_token_around_image>");
+  ids.global = tok.token_to_id("<global-img>");
+  TRIMKV_CHECK(ids.image == cfg.image_token_id, Config, "tokenizer '", tok.path(), "': '<image>' is id ",
+               ids.image, " but config.json says image_token_id = ", cfg.image_token_id);
+  TRIMKV_CHECK(ids.fake >= 0 && ids.global >= 0, Config, "tokenizer '", tok.path(),
+               "' lacks <fake_token_around_image> or <global-img>");
+  ids.row_col.assign(6, std::vector<int32_t>(6, -1));
+  for (int r = 0; r < 6; ++r)
+    for (int c = 0; c < 6; ++c)
+      ids.row_col[r][c] = tok.token_to_id("<row_" + std::to_string(r + 1) + "_col_" + std::to_string(c + 1) + ">");
+  // Tiles per side the processor can produce: every marker they need must be a single token.
+  const int max_tiles = (std::min(proc.longest_edge, 4096) + proc.tile_size - 1) / proc.tile_size;
+  TRIMKV_CHECK(!proc.do_image_splitting || max_tiles <= 6, Unsupported, "checkpoint '", dir,
+               "': up to ", max_tiles, " tiles per side, but tile markers exist up to 6");
+  for (int r = 0; proc.do_image_splitting && r < max_tiles; ++r)
+    for (int c = 0; c < max_tiles; ++c)
+      TRIMKV_CHECK(ids.row_col[r][c] >= 0, Config, "tokenizer '", tok.path(), "' lacks <row_", r + 1,
+                   "_col_", c + 1, ">");
+
+  VisionInfo& vi = m->info;
+  vi.family = "idefics3";
+  vi.model_type = checkpoint_model_type(dir);
+  vi.description = idefics3_family().description;
+  vi.vision_parameters = vision->parameter_count();
+  vi.hidden_size = cfg.vision.hidden_size;
+  vi.n_layer = cfg.vision.n_layer;
+  vi.n_head = cfg.vision.n_head;
+  vi.intermediate_size = cfg.vision.intermediate_size;
+  vi.image_size = cfg.vision.image_size;
+  vi.patch_size = cfg.vision.patch_size;
+  vi.scale_factor = cfg.scale_factor;
+  vi.image_seq_len = cfg.image_seq_len();
+  vi.image_token_id = cfg.image_token_id;
+  vi.longest_edge = proc.longest_edge;
+  vi.tile_size = proc.tile_size;
+  vi.image_splitting = proc.do_image_splitting;
+  vi.resample = resample_filter_name(proc.resample);
+  m->encoder = std::make_shared<Idefics3Encoder>(dir, m->text.tokenizer, vision, proc, std::move(ids));
+  return m;
+}
+
+}  // namespace
+
+Idefics3Config Idefics3Config::from_file(const std::string& path) {
+  std::ifstream in(path);
+  TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
+  json top;
+  try {
+    top = json::parse(in);
+  } catch (const json::exception& e) {
+    TRIMKV_FAIL(Format, "'", path, "': malformed JSON: ", e.what());
+  }
+  Idefics3Config c;
+  try {
+    static const json kEmpty = json::object();
+    const json& v = top.contains("vision_config") && top["vision_config"].is_object() ? top["vision_config"] : kEmpty;
+    const char* vs = "vision_config.";
+    c.vision.hidden_size = int_field(v, "hidden_size", 1152, path, vs);
+    c.vision.intermediate_size = int_field(v, "intermediate_size", 3072, path, vs);
+    c.vision.n_layer = int_field(v, "num_hidden_layers", 12, path, vs);
+    c.vision.n_head = int_field(v, "num_attention_heads", 16, path, vs);
+    c.vision.n_channels = int_field(v, "num_channels", 3, path, vs);
+    c.vision.image_size = int_field(v, "image_size", 224, path, vs);
+    c.vision.patch_size = int_field(v, "patch_size", 32, path, vs);
+    if (v.contains("layer_norm_eps")) c.vision.layer_norm_eps = v["layer_norm_eps"].get<double>();
+    if (v.contains("hidden_act")) c.vision.hidden_act = v["hidden_act"].get<std::string>();
+    c.scale_factor = int_field(top, "scale_factor", 2, path, "");
+    TRIMKV_CHECK(top.contains("image_token_id") && top["image_token_id"].is_number_integer(), Config, "'",
+                 path, "' lacks an integer 'image_token_id'");
+    c.image_token_id = top["image_token_id"].get<int32_t>();
+  } catch (const json::exception& e) {
+    TRIMKV_FAIL(Config, "'", path, "': a field has the wrong type: ", e.what());
+  }
+  const VitConfig& vc = c.vision;
+  TRIMKV_CHECK(vc.n_channels == 3, Unsupported, "'", path, "': vision_config.num_channels = ",
+               vc.n_channels, " (RGB only)");
+  TRIMKV_CHECK(vc.hidden_size % vc.n_head == 0, Config, "'", path, "': vision_config.hidden_size ",
+               vc.hidden_size, " is not a multiple of num_attention_heads ", vc.n_head);
+  TRIMKV_CHECK(vc.image_size % vc.patch_size == 0, Config, "'", path, "': vision_config.image_size ",
+               vc.image_size, " is not a multiple of patch_size ", vc.patch_size);
+  TRIMKV_CHECK(vc.patches_per_side() % c.scale_factor == 0, Config, "'", path, "': ",
+               vc.patches_per_side(), " patches per side cannot be pixel-shuffled by scale_factor ",
+               c.scale_factor);
+  check_vit_activation(vc.hidden_act, "'" + path + "'");
+  return c;
+}
+
+std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, const WeightStore& ws) {
+  std::string root;
+  for (const auto& r : kVisionRoots)
+    if (ws.contains(r + kPatchW)) root = r;
+  TRIMKV_CHECK(!root.empty(), Config, "checkpoint '", ws.source(), "' has no vision tower (looked for '",
+               kVisionRoots[0], kPatchW, "' and '", kVisionRoots[1], kPatchW, "')");
+  const VitConfig& v = cfg.vision;
+  const int64_t d = v.hidden_size, p = v.patch_size, s2 = cfg.scale_factor * cfg.scale_factor;
+  Weights w;
+  w.patch_w = ws.load({root + kPatchW}, {d, v.n_channels, p, p}).reshape({d, v.n_channels * p * p}).contiguous();
+  w.patch_b = ws.load({root + kPatchB}, {d});
+  w.pos_embed = ws.load({root + kPosEmbed}, {v.patches_per_side() * v.patches_per_side(), d});
+  w.layers = load_vit_layers(ws, root + kLayers, kLayerTable, v);
+  w.post_ln_w = ws.load({root + kPostLnW}, {d});
+  w.post_ln_b = ws.load({root + kPostLnB}, {d});
+  const TensorInfo* proj = ws.find_any(kConnector);
+  TRIMKV_CHECK(proj, Config, "checkpoint '", ws.source(), "' has no connector ('", kConnector[0], "')");
+  const std::vector<int64_t> want = {cfg.text_hidden_size, d * s2};
+  TRIMKV_CHECK(proj->shape == want, Shape, "checkpoint '", ws.source(), "': connector '", proj->name,
+               "' is ", shape_to_string(proj->shape), " but the config implies ", shape_to_string(want),
+               " (text hidden_size ", cfg.text_hidden_size, " x vision hidden_size ", d,
+               " * scale_factor^2 ", s2, "): the vision config contradicts the connector");
+  w.proj = ws.load(kConnector, want);
+  return std::make_shared<Idefics3Vision>(cfg, std::move(w));
+}
+
+Idefics3Vision::Idefics3Vision(Idefics3Config cfg, Weights w) : m_cfg(std::move(cfg)), m_w(std::move(w)) {}
+
+int64_t Idefics3Vision::parameter_count() const {
+  int64_t n = m_w.patch_w.numel() + m_w.patch_b.numel() + m_w.pos_embed.numel() + m_w.post_ln_w.numel() +
+              m_w.post_ln_b.numel() + m_w.proj.numel();
+  for (const auto& l : m_w.layers)
+    for (const at::Tensor* t : {&l.ln1_w, &l.ln1_b, &l.w_qkv, &l.b_qkv, &l.w_o, &l.b_o, &l.ln2_w, &l.ln2_b,
+                                &l.w_fc1, &l.b_fc1, &l.w_fc2, &l.b_fc2})
+      n += t->numel();
+  return n;
+}
+
+at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<bool>* cancel) const {
+  const VitConfig& v = m_cfg.vision;
+  TRIMKV_CHECK(pixels.dim() == 4 && pixels.size(1) == v.n_channels && pixels.size(2) == v.image_size &&
+                   pixels.size(3) == v.image_size,
+               Input, "vision tower input must be [N, ", v.n_channels, ", ", v.image_size, ", ",
+               v.image_size, "]");
+  const int64_t g = v.patches_per_side();
+  // Every tile is a full image here (no padding), so the bucketed ids are those of a full grid.
+  const at::Tensor pos = at::embedding(m_w.pos_embed, bucketed_position_ids(g, g, g, g, g));  // [g*g, D]
+  std::vector<at::Tensor> out;
+  for (int64_t i = 0; i < pixels.size(0); ++i) {
+    if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
+    at::Tensor x = patch_embed(pixels[i].contiguous(), m_w.patch_w, m_w.patch_b, v.patch_size) + pos;
+    for (const auto& layer : m_w.layers) x = vit_block(x, layer, v);
+    out.push_back(at::layer_norm(x, {v.hidden_size}, m_w.post_ln_w, m_w.post_ln_b, v.layer_norm_eps));
+  }
+  return at::stack(out);
+}
+
+at::Tensor Idefics3Vision::connector(const at::Tensor& hidden) const {
+  const int64_t n = hidden.size(0);
+  at::Tensor shuffled = vision::pixel_shuffle(hidden, m_cfg.scale_factor);  // [N, seq, D*s^2]
+  const int64_t seq = shuffled.size(1);
+  return kernels::linear_auto(shuffled.reshape({n * seq, shuffled.size(2)}).contiguous(), m_w.proj)
+      .view({n, seq, m_cfg.text_hidden_size});
+}
+
+const VlmFamily& idefics3_family() {
+  static const VlmFamily kFamily{
+      "idefics3",
+      {"idefics3", "smolvlm"},
+      "Idefics3 / SmolVLM: SigLIP tower, pixel-shuffle connector, Llama decoder, image tiling",
+      &load_idefics3};
+  return kFamily;
+}
+
+}  // namespace trimkv::vision

@@ -1,0 +1,53 @@
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "trimkv/core/error.h"
+#include "trimkv/vision/vlm.h"
+
+namespace trimkv::vision {
+
+namespace {
+const std::vector<const VlmFamily*>& all_families() {
+  static const std::vector<const VlmFamily*> kAll{&idefics3_family()};
+  return kAll;
+}
+const VlmFamily* find_family(const std::string& model_type) {
+  for (const VlmFamily* f : all_families())
+    for (const auto& t : f->model_types)
+      if (t == model_type) return f;
+  return nullptr;
+}
+}  // namespace
+
+std::string checkpoint_model_type(const std::string& dir) {
+  const auto path = std::filesystem::path(dir) / "config.json";
+  std::ifstream in(path);
+  if (!in.good()) return "";
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return "";
+  return j["model_type"].get<std::string>();
+}
+
+std::vector<std::string> supported_vlm_model_types() {
+  std::vector<std::string> out;
+  for (const VlmFamily* f : all_families()) out.insert(out.end(), f->model_types.begin(), f->model_types.end());
+  return out;
+}
+
+bool is_vlm_checkpoint(const std::string& dir) { return find_family(checkpoint_model_type(dir)) != nullptr; }
+
+std::shared_ptr<VlmModel> load_vlm(const std::string& dir) {
+  TRIMKV_CHECK(std::filesystem::is_directory(dir), Io, "model folder '", dir, "' does not exist");
+  const std::string type = checkpoint_model_type(dir);
+  const VlmFamily* f = find_family(type);
+  if (!f) {
+    std::string known;
+    for (const auto& t : supported_vlm_model_types()) known += (known.empty() ? "" : ", ") + t;
+    TRIMKV_FAIL(Unsupported, "'", dir, "' is not a vision-language checkpoint this program knows: model_type '",
+                type, "' (supported: ", known, ")");
+  }
+  return f->load(dir);
+}
+
+}  // namespace trimkv::vision

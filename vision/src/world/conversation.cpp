@@ -1,0 +1,161 @@
+// Conversations: images spread over user turns, one question per turn, later turns asking about
+// earlier images; their JSONL form and their chat-template text.
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "trimkv/core/error.h"
+#include "world/world_internal.h"
+
+namespace trimkv::vision::world {
+
+uint64_t split_seed(uint64_t seed, Split split) {
+  TRIMKV_CHECK(seed <= kMaxSeed, Input, "seed ", seed, " is too large (at most ", kMaxSeed, ")");
+  return seed * 4 + static_cast<uint64_t>(split);
+}
+
+Conversation make_conversation(uint64_t seed, Split split, int64_t index, const WorldOptions& options) {
+  validate(options);
+  TRIMKV_CHECK(index >= 0, Input, "conversation index ", index, " is negative");
+  const uint64_t stream = split_seed(seed, split);
+  Rng rng({static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32),
+           static_cast<uint32_t>(static_cast<uint64_t>(index)),
+           static_cast<uint32_t>(static_cast<uint64_t>(index) >> 32)});
+
+  Conversation conv;
+  char id[64];
+  std::snprintf(id, sizeof id, "%s-%06lld", split_name(split), static_cast<long long>(index));
+  conv.id = id;
+  const int n_images = static_cast<int>(rng.uniform_int(1, options.max_images));
+  const int n_turns = static_cast<int>(rng.uniform_int(1, options.max_turns));
+  // The first turn shows at least one image; the others land on uniformly drawn turns.
+  std::vector<int> per_turn(n_turns, 0);
+  per_turn[0] = 1;
+  for (int i = 1; i < n_images; ++i) ++per_turn[rng.index(n_turns)];
+  for (int i = 0; i < n_images; ++i) conv.scenes.push_back(sample_scene(rng, options));
+
+  int n_shown = 0;
+  for (int t = 0; t < n_turns; ++t) {
+    Turn turn;
+    const int n_before = n_shown;
+    for (int i = 0; i < per_turn[t]; ++i) turn.new_images.push_back(n_shown++);
+    // What the question is about: the one image of this turn (plain templates), image k of
+    // those shown so far ("In image k, ..."; earlier turns' images preferred), or all of them.
+    enum { kPlain, kPrefixed, kMulti };
+    std::vector<double> weights = {turn.new_images.size() == 1 ? 2.0 : 0.0, 2.0, n_shown >= 2 ? 1.0 : 0.0};
+    QuestionAnswer qa;
+    for (;;) {
+      const size_t kind = rng.weighted(weights);
+      if (kind == kPlain) {
+        qa = single_image_question(rng, conv.scenes[turn.new_images[0]]);
+        qa.about = {turn.new_images[0]};
+        break;
+      }
+      if (kind == kPrefixed) {
+        const int k = n_before > 0 && rng.bernoulli(0.6) ? static_cast<int>(rng.index(n_before))
+                                                         : static_cast<int>(rng.index(n_shown));
+        qa = single_image_question(rng, conv.scenes[k]);
+        qa.text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(qa.text[0])));
+        qa.text = "In image " + std::to_string(k + 1) + ", " + qa.text;
+        qa.type = "in_image_" + qa.type;
+        qa.about = {k};
+        break;
+      }
+      if (multi_image_question(rng, conv.scenes, n_shown, qa)) break;
+      weights[kMulti] = 0;
+    }
+    for (size_t i = 0; i < turn.new_images.size(); ++i) turn.text += kImageToken;
+    turn.text += qa.text;
+    turn.answer = qa.answer;
+    turn.type = qa.type;
+    turn.about = qa.about;
+    conv.turns.push_back(std::move(turn));
+  }
+  return conv;
+}
+
+std::string conversation_json(const Conversation& conv, const std::vector<std::string>& image_paths) {
+  TRIMKV_ASSERT(image_paths.size() == conv.scenes.size());
+  using ojson = nlohmann::ordered_json;
+  ojson turns = ojson::array();
+  for (const Turn& t : conv.turns) {
+    ojson about = ojson::array();
+    for (int k : t.about) about.push_back(k + 1);
+    turns.push_back({{"text", t.text}, {"answer", t.answer}, {"type", t.type}, {"about", about}});
+  }
+  ojson scenes = ojson::array();
+  for (const Scene& s : conv.scenes) {
+    ojson objects = ojson::array();
+    for (const Object& o : s.objects)
+      objects.push_back({{"shape", shape_name(o.shape)},
+                         {"color", color_name(o.color)},
+                         {"size", size_name(o.size)},
+                         {"center", {o.cx, o.cy}},
+                         {"radius", o.radius},
+                         {"bbox", {o.bbox[0], o.bbox[1], o.bbox[2], o.bbox[3]}}});
+    ojson scene = {{"size", s.image_size},
+                   {"background", background_name(s.background)},
+                   {"bg_rgb", {s.bg_rgb[0], s.bg_rgb[1], s.bg_rgb[2]}}};
+    if (s.background == Background::Gradient) {
+      scene["bg_rgb2"] = {s.bg_rgb2[0], s.bg_rgb2[1], s.bg_rgb2[2]};
+      scene["gradient"] = s.gradient_vertical ? "vertical" : "horizontal";
+    }
+    if (s.background == Background::Noise) scene["texture_seed"] = s.texture_seed;
+    scene["objects"] = objects;
+    scenes.push_back(scene);
+  }
+  const ojson line = {{"id", conv.id}, {"images", image_paths}, {"turns", turns}, {"scenes", scenes}};
+  return line.dump();
+}
+
+std::string chat_text(const std::vector<std::pair<std::string, std::string>>& turns) {
+  std::string text = "<|im_start|>";
+  for (const auto& [user, answer] : turns) {
+    const bool image_first = user.rfind(kImageToken, 0) == 0;
+    text += image_first ? "User:" : "User: ";
+    text += user;
+    text += "<end_of_utterance>\nAssistant: ";
+    text += answer;
+    text += "<end_of_utterance>\n";
+  }
+  return text;
+}
+
+std::vector<std::string> chat_texts_from_jsonl(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TRIMKV_CHECK(in.good(), Io, path, ": cannot open file");
+  std::vector<std::string> texts;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      TRIMKV_FAIL(Format, path, ":", line_no, ": not JSON: ", e.what());
+    }
+    TRIMKV_CHECK(j.is_object(), Format, path, ":", line_no, ": a line must be a JSON object");
+    if (j.contains("turns")) {
+      const auto& turns = j.at("turns");
+      TRIMKV_CHECK(turns.is_array(), Format, path, ":", line_no, ": \"turns\" must be an array");
+      std::vector<std::pair<std::string, std::string>> pairs;
+      for (const auto& t : turns) {
+        TRIMKV_CHECK(t.is_object() && t.contains("text") && t.at("text").is_string() &&
+                         t.contains("answer") && t.at("answer").is_string(),
+                     Format, path, ":", line_no, ": every turn needs \"text\" and \"answer\" strings");
+        pairs.emplace_back(t.at("text").get<std::string>(), t.at("answer").get<std::string>());
+      }
+      texts.push_back(chat_text(pairs));
+    } else if (j.contains("text") && j.at("text").is_string()) {
+      texts.push_back(j.at("text").get<std::string>());
+    } else {
+      TRIMKV_FAIL(Format, path, ":", line_no, ": a line needs \"turns\" (a world conversation) or a \"text\" string");
+    }
+  }
+  TRIMKV_CHECK(!in.bad(), Io, path, ": read error");
+  return texts;
+}
+
+}  // namespace trimkv::vision::world

@@ -1,0 +1,142 @@
+// World evaluation: replay records, answer scoring, breakdowns.
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "trimkv/core/error.h"
+#include "trimkv/vision/world.h"
+#include "trimkv/vision/world_eval.h"
+
+namespace trimkv::vision::world {
+
+std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit) {
+  std::ifstream in(path, std::ios::binary);
+  TRIMKV_CHECK(in.good(), Io, path, ": cannot open file");
+  const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  std::vector<WorldRecord> records;
+  std::string line;
+  for (int64_t line_no = 1; (limit < 0 || static_cast<int64_t>(records.size()) < limit) && std::getline(in, line);
+       ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto where = [&] { return path + ":" + std::to_string(line_no); };
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+      WorldRecord rec;
+      rec.id = j.at("id").get<std::string>();
+      const auto images = j.at("images").get<std::vector<std::string>>();
+      rec.n_images = static_cast<int>(images.size());
+      std::vector<int> shown_in_turn;  // turn that showed each image
+      int n_shown = 0;
+      for (const auto& t : j.at("turns")) {
+        WorldTurn turn;
+        turn.text = t.at("text").get<std::string>();
+        turn.answer = t.at("answer").get<std::string>();
+        turn.type = t.value("type", std::string());
+        for (size_t at = turn.text.find(kImageToken); at != std::string::npos;
+             at = turn.text.find(kImageToken, at + 1)) {
+          TRIMKV_CHECK(n_shown < rec.n_images, Format, where(), ": more <image> placeholders than images");
+          turn.images.push_back((folder / images[n_shown]).string());
+          shown_in_turn.push_back(static_cast<int>(rec.turns.size()));
+          ++n_shown;
+        }
+        if (t.contains("about"))
+          for (const auto& k : t.at("about")) {
+            const int idx = k.get<int>() - 1;
+            TRIMKV_CHECK(idx >= 0 && idx < n_shown, Format, where(), ": turn ", rec.turns.size() + 1,
+                         " is about image ", idx + 1, ", which is not shown yet");
+            turn.about.push_back(idx);
+          }
+        if (!turn.about.empty()) {
+          const int newest = *std::max_element(turn.about.begin(), turn.about.end());
+          const int oldest = *std::min_element(turn.about.begin(), turn.about.end());
+          turn.images_since = n_shown - 1 - newest;
+          turn.turns_since = static_cast<int>(rec.turns.size()) - shown_in_turn[oldest];
+        }
+        rec.turns.push_back(std::move(turn));
+      }
+      TRIMKV_CHECK(n_shown == rec.n_images, Format, where(), ": ", rec.n_images, " images but ", n_shown,
+                   " <image> placeholders");
+      records.push_back(std::move(rec));
+    } catch (const nlohmann::json::exception& e) {
+      TRIMKV_FAIL(Format, where(), ": not a world conversation: ", e.what());
+    }
+  }
+  TRIMKV_CHECK(!in.bad(), Io, path, ": read error");
+  return records;
+}
+
+std::string normalize_answer(std::string_view text) {
+  std::string out;
+  bool space = false;
+  for (const char c : text) {
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  while (!out.empty() && (out.back() == '.' || out.back() == '!' || out.back() == '?' || out.back() == ' '))
+    out.pop_back();
+  return out;
+}
+
+bool answer_correct(std::string_view expected, std::string_view generated) {
+  return normalize_answer(expected) == normalize_answer(generated);
+}
+
+EvalSummary summarize(const std::vector<EvalRecord>& records) {
+  EvalSummary s;
+  double kv_sum = 0;
+  for (const EvalRecord& r : records) {
+    s.all.add(r.correct);
+    s.by_type[r.type].add(r.correct);
+    s.by_images_since[r.images_since].add(r.correct);
+    s.by_turns_since[r.turns_since].add(r.correct);
+    s.max_kv_entries = std::max(s.max_kv_entries, r.kv_entries);
+    kv_sum += static_cast<double>(r.kv_entries);
+  }
+  s.mean_kv_entries = records.empty() ? 0.0 : kv_sum / static_cast<double>(records.size());
+  return s;
+}
+
+namespace {
+nlohmann::ordered_json tally_json(const Tally& t) {
+  return {{"accuracy", t.accuracy()}, {"n", t.n}, {"correct", t.correct}};
+}
+}  // namespace
+
+std::string summary_json(const EvalSummary& s) {
+  nlohmann::ordered_json j = tally_json(s.all);
+  nlohmann::ordered_json by_type = nlohmann::ordered_json::object();
+  for (const auto& [type, t] : s.by_type) by_type[type] = tally_json(t);
+  nlohmann::ordered_json by_images = nlohmann::ordered_json::object();
+  for (const auto& [k, t] : s.by_images_since) by_images[std::to_string(k)] = tally_json(t);
+  nlohmann::ordered_json by_turns = nlohmann::ordered_json::object();
+  for (const auto& [k, t] : s.by_turns_since) by_turns[std::to_string(k)] = tally_json(t);
+  j["by_type"] = by_type;
+  j["by_images_since"] = by_images;
+  j["by_turns_since"] = by_turns;
+  j["kv_entries"] = {{"max", s.max_kv_entries}, {"mean", s.mean_kv_entries}};
+  return j.dump(2);
+}
+
+std::string record_json(const EvalRecord& r) {
+  const nlohmann::ordered_json j = {{"id", r.id},
+                                    {"turn", r.turn},
+                                    {"type", r.type},
+                                    {"expected", r.expected},
+                                    {"generated", r.generated},
+                                    {"correct", r.correct},
+                                    {"images_since", r.images_since},
+                                    {"turns_since", r.turns_since},
+                                    {"kv_entries", r.kv_entries}};
+  return j.dump();
+}
+
+}  // namespace trimkv::vision::world

@@ -1,0 +1,26 @@
+// Pieces of the world generator shared by its source files (not public API).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "trimkv/vision/world.h"
+#include "world/rng.h"
+
+namespace trimkv::vision::world {
+
+// A scene of 1..options.max_objects non-overlapping objects on a random background.
+Scene sample_scene(Rng& rng, const WorldOptions& options);
+
+// A question, its answer and the images it is about (0-based).
+struct QuestionAnswer {
+  std::string text, answer, type;
+  std::vector<int> about;
+};
+
+// A question about one scene, of a random single-image type that is well defined for it.
+QuestionAnswer single_image_question(Rng& rng, const Scene& scene);
+// A question about all of scenes[0, n_shown) ("more", "in all images"); false when none of
+// those types is well defined (e.g. no unique maximum and every total above 9).
+bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_shown, QuestionAnswer& out);
+
+}  // namespace trimkv::vision::world
