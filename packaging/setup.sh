@@ -12,7 +12,8 @@ PACKAGES=(
   libtorch-dev libopenblas0-openmp   # LibTorch 1.13; OpenMP OpenBLAS (25x faster matmuls)
   libdnnl-dev                        # oneDNN sgemm for prefill (optional in CMake)
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev
-  libstb-dev
+  libstb-dev                          # stb_image: PNG/JPEG/BMP/GIF decoding (vision/)
+  libopencv-imgproc-dev               # OpenCV drawing of the synthetic world (vision/world)
   catch2
 )
 
@@ -39,11 +40,11 @@ fi
 
 if [ "$want_oracle" = 1 ]; then
   venv="${TRIMKV_VENV:-$HOME/.cache/trimkv/venv-oracle}"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import transformers, tokenizers, torch, safetensors" 2>/dev/null; then
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import transformers, tokenizers, torch, safetensors, PIL" 2>/dev/null; then
     echo "setup: creating the oracle environment in $venv (PyPI torch is several GB)"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q torch transformers tokenizers safetensors
+    "$venv/bin/pip" install -q torch transformers tokenizers safetensors pillow
   fi
   echo "setup: oracle environment ready: $venv/bin/python"
 fi

@@ -5,7 +5,9 @@
 
 #include "args.h"
 #include "commands.h"
+#include "policy_options.h"
 #include "trimkv/core/engine.h"
+#include "trimkv/vision/chat_engine.h"
 
 namespace trimkv::cli {
 
@@ -37,10 +39,13 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 }  // namespace
 
 int cmd_generate(int argc, char** argv, int first) {
-  const std::vector<OptionSpec> specs = {
+  std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint folder"},
       {"prompt", "T", "prompt text (tokenized with the model's tokenizer)"},
       {"prompt-ids", "1,2,3", "prompt as comma-separated token ids"},
+      {"image", "FILE", "image for the next <image> in the prompt (repeatable; with no <image> in the "
+                        "prompt, images go first); needs a vision-language model", true},
+      {"chat", "", "use the prompt as one user turn of the model's chat template (vision-language models)"},
       {"max-new-tokens", "N", "tokens to generate at most (default 64)"},
       {"temperature", "T", "sampling temperature; 0 = greedy (default 0)"},
       {"top-k", "K", "keep the K most likely tokens (0 = off)"},
@@ -51,12 +56,15 @@ int cmd_generate(int argc, char** argv, int first) {
       {"ignore-eos", "", "keep generating after the end-of-sequence token"},
       {"threads", "N", "CPU threads (default: all cores)"},
       {"prefill-chunk", "N", "tokens per prefill forward (default 256)"},
+      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       {"json", "", "print one JSON object instead of streaming text"},
       {"help", "", "show this help"},
   };
+  add_policy_option_specs(specs);
   Args args("generate", specs, argc, argv, first);
   if (args.flag("help")) {
-    std::cout << Args::usage("generate", "Generate a continuation of a prompt.", specs);
+    std::cout << Args::usage("generate", "Generate a continuation of a prompt.", specs)
+              << policy_help();
     return 0;
   }
   const std::string model = args.require("model");
@@ -72,6 +80,7 @@ int cmd_generate(int argc, char** argv, int first) {
   params.stop_strings = args.all("stop");
   params.stop_at_eos = !args.flag("ignore-eos");
   validate(params.sampling);  // before the (slow) model load
+  const EvictionSettings eviction = parse_policy_settings(args);  // likewise
   if (params.max_new_tokens < 0) throw UsageError("--max-new-tokens must be >= 0");
   std::vector<int32_t> prompt_ids;
   if (args.has("prompt-ids")) prompt_ids = parse_ids(args.get("prompt-ids"));
@@ -79,17 +88,38 @@ int cmd_generate(int argc, char** argv, int first) {
   EngineOptions options;
   options.threads = args.get_int("threads", 0);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
-  auto engine = Engine::load(model, options);
-  if (args.has("prompt")) prompt_ids = engine->tokenize(args.get("prompt"));
-  if (prompt_ids.empty()) throw UsageError("the prompt is empty after tokenization");
+  options.gates = args.get("gates");
+  // Vision-language checkpoints (and --image / --chat) go through the VLM engine; token-id
+  // prompts and text-only checkpoints through the text engine.
+  const std::vector<std::string> images = args.all("image");
+  const bool vlm = !images.empty() || args.flag("chat") ||
+                   (args.has("prompt") && vision::ChatEngine::is_vlm_checkpoint(model));
+  if (vlm && args.has("prompt-ids")) throw UsageError("--image and --chat need --prompt text, not --prompt-ids");
+  if (vlm && eviction_requested(args))
+    throw UsageError("eviction options (--policy, --budget, --trace...) are not wired into the "
+                     "vision-language chat engine yet; '" + model + "' runs with the full cache only");
+  std::unique_ptr<vision::ChatEngine> chat;
+  std::unique_ptr<Engine> engine;
+  if (vlm) {
+    if (!vision::ChatEngine::is_vlm_checkpoint(model))
+      throw UsageError("--image and --chat need a vision-language checkpoint; '" + model + "' is not one");
+    chat = vision::ChatEngine::load(model, options);
+  } else {
+    engine = Engine::load(model, options);
+    if (args.has("prompt")) prompt_ids = engine->tokenize(args.get("prompt"));
+    if (prompt_ids.empty()) throw UsageError("the prompt is empty after tokenization");
+  }
 
   const bool json = args.flag("json");
   g_cancel.store(false);
   std::signal(SIGINT, on_sigint);
   TextCallback stream;
   if (!json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
-  const GenerationResult r = engine->generate(prompt_ids, params, stream, &g_cancel);
+  const GenerationResult r =
+      chat ? chat->generate(args.get("prompt"), images, params, args.flag("chat"), stream, &g_cancel)
+           : engine->generate(prompt_ids, params, eviction, stream, &g_cancel);
   std::signal(SIGINT, SIG_DFL);
+  write_trace_outputs(args, r);
 
   const double prefill_tps = r.prefill_ms > 0 ? r.prompt_tokens * 1000.0 / r.prefill_ms : 0;
   const int64_t steps = r.tokens.empty() ? 0 : static_cast<int64_t>(r.tokens.size()) - 1;
@@ -102,6 +132,13 @@ int cmd_generate(int argc, char** argv, int first) {
                         {"stop_reason", r.stop_reason},
                         {"kv_entries", r.kv_entries},
                         {"kv_bytes", r.kv_bytes},
+                        {"kv_text_entries", r.kv_text_entries},
+                        {"kv_image_entries", r.kv_image_entries},
+                        {"policy", r.policy},
+                        {"budget", r.budget_global < 0 ? nlohmann::json(nullptr)
+                                                       : nlohmann::json(r.budget_global)},
+                        {"eviction_events", r.eviction_events},
+                        {"peak_kv_entries", r.peak_kv_entries},
                         {"prefill_ms", r.prefill_ms},
                         {"decode_ms", r.decode_ms},
                         {"prefill_tokens_per_s", prefill_tps},

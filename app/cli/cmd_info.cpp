@@ -4,6 +4,7 @@
 #include "args.h"
 #include "commands.h"
 #include "trimkv/core/engine.h"
+#include "trimkv/vision/chat_engine.h"
 
 namespace trimkv::cli {
 
@@ -18,7 +19,11 @@ int cmd_info(int argc, char** argv, int first) {
     std::cout << Args::usage("info", "Describe a checkpoint: architecture, sizes, dtype.", specs);
     return 0;
   }
-  const ModelInfo i = Engine::load(args.require("model"))->info();
+  const std::string dir = args.require("model");
+  // Vision-language checkpoints load through the VLM family registry; others as text models.
+  std::unique_ptr<vision::ChatEngine> vlm;
+  if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir);
+  const ModelInfo i = vlm ? vlm->info() : Engine::load(dir)->info();
   nlohmann::json j = {
       {"dir", i.dir}, {"architecture", i.architecture}, {"model_type", i.model_type},
       {"family", i.family}, {"dtype", i.weight_dtype}, {"weight_bytes", i.weight_bytes},
@@ -30,6 +35,16 @@ int cmd_info(int argc, char** argv, int first) {
       {"rope_theta", i.rope_theta}, {"tokenizer", i.has_tokenizer},
       {"tokenizer_vocab_size", i.tokenizer_vocab_size}, {"eos_token_ids", i.eos_token_ids},
       {"kv_bytes_per_token", i.kv_bytes_per_token}};
+  if (vlm) {
+    const vision::VisionInfo v = vlm->vision_info();
+    j["vision"] = {{"family", v.family}, {"model_type", v.model_type}, {"parameters", v.vision_parameters},
+                   {"hidden_size", v.hidden_size}, {"layers", v.n_layer}, {"heads", v.n_head},
+                   {"intermediate_size", v.intermediate_size}, {"image_size", v.image_size},
+                   {"patch_size", v.patch_size}, {"scale_factor", v.scale_factor},
+                   {"tokens_per_tile", v.image_seq_len}, {"image_token_id", v.image_token_id},
+                   {"longest_edge", v.longest_edge}, {"tile_size", v.tile_size},
+                   {"image_splitting", v.image_splitting}, {"resample", v.resample}};
+  }
   if (args.flag("json")) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -50,6 +65,17 @@ int cmd_info(int argc, char** argv, int first) {
             << "tokenizer      "
             << (i.has_tokenizer ? "tokenizer.json, " + std::to_string(i.tokenizer_vocab_size) + " ids" : "none")
             << "\n";
+  if (vlm) {
+    const vision::VisionInfo v = vlm->vision_info();
+    std::cout << "vision         " << v.n_layer << " layers, hidden " << v.hidden_size << ", " << v.n_head
+              << " heads, MLP " << v.intermediate_size << ", " << v.vision_parameters << " parameters\n"
+              << "images         tiles of " << v.image_size << "x" << v.image_size << " px, patch "
+              << v.patch_size << ", pixel shuffle x" << v.scale_factor << " -> " << v.image_seq_len
+              << " tokens per tile\n"
+              << "preprocessing  longest edge " << v.longest_edge << ", "
+              << (v.image_splitting ? "split into tiles + global image" : "one tile per image") << ", "
+              << v.resample << " resampling\n";
+  }
   return 0;
 }
 

@@ -17,6 +17,11 @@ const char* kUsage =
     "  info       describe a checkpoint folder (architecture, sizes, dtype)\n"
     "  tokenize   print the token ids of a text as JSON\n"
     "  generate   generate a continuation of a prompt\n"
+    "  chat       chat with a vision-language model in the terminal (images, multi-turn)\n"
+    "  train-gates  train retention gates (TrimKV / DBTrimKV) on a frozen model\n"
+    "  make-world   write a split of the synthetic visual world (JSONL + PNG images)\n"
+    "  train-tokenizer  train a byte-level BPE tokenizer.json on world text\n"
+    "  eval         score a vision-language model on world conversations\n"
     "\n"
     "Run 'trimkv <command> --help' for the options of a command.\n";
 
@@ -34,6 +39,11 @@ int main(int argc, char** argv) {
     if (command == "info") return cmd_info(argc, argv, 2);
     if (command == "tokenize") return cmd_tokenize(argc, argv, 2);
     if (command == "generate") return cmd_generate(argc, argv, 2);
+    if (command == "chat") return cmd_chat(argc, argv, 2);
+    if (command == "train-gates") return cmd_train_gates(argc, argv, 2);
+    if (command == "make-world") return cmd_make_world(argc, argv, 2);
+    if (command == "train-tokenizer") return cmd_train_tokenizer(argc, argv, 2);
+    if (command == "eval") return cmd_eval(argc, argv, 2);
     std::cerr << "trimkv: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const UsageError& e) {

@@ -3,6 +3,8 @@
 #include <ATen/Parallel.h>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/evictor.h"
+#include "trimkv/core/gate_file.h"
 #include "trimkv/core/generation.h"
 #include "trimkv/core/kv_cache.h"
 #include "trimkv/core/text_model.h"
@@ -12,6 +14,8 @@ namespace trimkv {
 struct Engine::Impl {
   TextModel model;
   EngineOptions options;
+  std::shared_ptr<const RetentionGates> gates;  // null when the model runs without gates
+  std::string gates_path;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
@@ -25,6 +29,14 @@ std::unique_ptr<Engine> Engine::load(const std::string& dir, const EngineOptions
   auto impl = std::make_unique<Impl>();
   impl->model = load_text_model(dir);
   impl->options = options;
+  impl->gates_path = options.gates == "none" ? ""
+                     : options.gates.empty() ? find_gates_file(dir)
+                                             : options.gates;
+  if (!impl->gates_path.empty()) {
+    auto gates = std::make_shared<RetentionGates>(load_gates(impl->gates_path));
+    check_gates_fit(*gates, impl->model.config, impl->gates_path, dir);
+    impl->gates = std::move(gates);
+  }
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -55,6 +67,12 @@ ModelInfo Engine::info() const {
   i.tokenizer_vocab_size = m.tokenizer ? m.tokenizer->vocab_size() : 0;
   i.eos_token_ids = c.eos_token_ids;
   i.kv_bytes_per_token = c.n_layer * c.n_kv_head * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+  if (m_impl->gates) {
+    i.gates_file = m_impl->gates_path;
+    i.gates_kind = gate_kind_name(m_impl->gates->config().kind);
+    i.gates_parameters = m_impl->gates->parameter_count();
+    i.gates_train_budget = m_impl->gates->config().train_budget;
+  }
   return i;
 }
 
@@ -75,6 +93,18 @@ GenerationResult Engine::generate(const std::vector<int32_t>& prompt, const Gene
                                   const TextCallback& on_text, const std::atomic<bool>* cancel) {
   KvCache cache(kv_geometry_of(m_impl->model.config, m_impl->options.block_size));
   TextRunner runner(m_impl->model, cache, m_impl->options.prefill_chunk);
+  runner.set_eviction(nullptr, m_impl->gates.get());  // log β recorded in every entry
+  return trimkv::generate(runner, prompt, params, on_text, cancel);
+}
+
+GenerationResult Engine::generate(const std::vector<int32_t>& prompt, const GenerationParams& params,
+                                  const EvictionSettings& eviction, const TextCallback& on_text,
+                                  const std::atomic<bool>* cancel) {
+  const KvGeometry g = kv_geometry_of(m_impl->model.config, m_impl->options.block_size);
+  Evictor evictor(eviction, g);  // validates policy, options and budget for this model
+  KvCache cache(g);
+  TextRunner runner(m_impl->model, cache, m_impl->options.prefill_chunk);
+  runner.set_eviction(&evictor, m_impl->gates.get());  // gate policies refuse without gates
   return trimkv::generate(runner, prompt, params, on_text, cancel);
 }
 

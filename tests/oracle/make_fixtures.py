@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm ...]"""
 import sys
 from pathlib import Path
 
@@ -10,13 +10,19 @@ DATA = HERE.parent / "data"
 
 
 def main(argv):
-    parts = argv or ["tokenizers", "models"]
+    parts = argv or ["tokenizers", "models", "gates", "vlm"]
     if "tokenizers" in parts:
         import tokenizer_fixtures
         tokenizer_fixtures.main(DATA) if hasattr(tokenizer_fixtures, "main") else None
     if "models" in parts:
         import model_fixtures
         model_fixtures.main(DATA)
+    if "gates" in parts:
+        import gate_fixtures
+        gate_fixtures.main(DATA)
+    if "vlm" in parts:  # after "tokenizers": it derives its tokenizer from the smollm2 one
+        import vlm_fixtures
+        vlm_fixtures.main(DATA)
 
 
 if __name__ == "__main__":

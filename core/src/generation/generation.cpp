@@ -6,7 +6,9 @@
 #include <chrono>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/evictor.h"
 #include "trimkv/core/kv_cache.h"
+#include "trimkv/core/kv_stats.h"
 
 namespace trimkv {
 
@@ -53,9 +55,18 @@ TextRunner::TextRunner(const TextModel& model, KvCache& cache, int prefill_chunk
   m_n_tokens = static_cast<int64_t>(cache.bookkeeping().n_tokens());
 }
 
-at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template) {
+void TextRunner::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
+  if (evictor) evictor->require_gates(scorer != nullptr, m_model->dir);
+  m_evictor = evictor;
+  m_scorer = scorer;
+}
+
+at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
+                                     bool more_chunks, const at::Tensor& embeds,
+                                     const TokenInfo* per_token) {
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<TokenInfo> infos(ids.size(), info_template);
+  if (per_token) infos.assign(per_token, per_token + n);
   std::vector<int32_t> token_indices(ids.size());
   std::vector<int64_t> pos(ids.size());
   for (int64_t i = 0; i < n; ++i) {
@@ -64,16 +75,20 @@ at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const Toke
     infos[i].rope_position = token_indices[i];
     pos[i] = token_indices[i];
   }
+  if (m_evictor) m_evictor->before_forward(*m_cache, n);
   m_cache->register_tokens(infos);
   at::Tensor id_t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
   at::Tensor positions = at::tensor(pos, at::kLong);
   const TextDecoder& dec = *m_model->decoder;
-  at::Tensor hidden = dec.forward_cached(dec.embed(id_t), positions, token_indices, *m_cache);
+  at::Tensor hidden =
+      dec.forward_cached(embeds.defined() ? embeds : dec.embed(id_t), positions, token_indices,
+                         *m_cache, m_scorer, m_evictor);
   m_n_tokens += n;
+  if (m_evictor) m_evictor->after_forward(*m_cache, n, more_chunks);
   return dec.logits(hidden.narrow(0, n - 1, 1)).view({-1});
 }
 
-at::Tensor TextRunner::prefill(const std::vector<int32_t>& ids, const TokenInfo& info_template) {
+void TextRunner::check_prompt(const std::vector<int32_t>& ids) const {
   TRIMKV_CHECK(!ids.empty(), Input, "empty prompt: nothing to prefill");
   const int64_t limit = m_model->config.max_position_embeddings;
   TRIMKV_CHECK(m_n_tokens + static_cast<int64_t>(ids.size()) <= limit, Input, "prompt of ",
@@ -83,10 +98,34 @@ at::Tensor TextRunner::prefill(const std::vector<int32_t>& ids, const TokenInfo&
   for (int32_t id : ids)
     TRIMKV_CHECK(id >= 0 && id < vocab, Input, "token id ", id, " is outside the vocabulary [0, ",
                  vocab, ") of model '", m_model->dir, "'");
+}
+
+at::Tensor TextRunner::prefill_embedded(const std::vector<int32_t>& ids, const at::Tensor& embeds,
+                                        const std::vector<TokenInfo>& infos,
+                                        const std::atomic<bool>* cancel) {
+  check_prompt(ids);
+  TRIMKV_ASSERT(infos.size() == ids.size() && embeds.dim() == 2 &&
+                embeds.size(0) == static_cast<int64_t>(ids.size()) &&
+                embeds.size(1) == m_model->config.hidden_size);
+  at::Tensor logits;
+  for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(m_prefill_chunk)) {
+    if (begin > 0 && cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "prefill cancelled");
+    const size_t end = std::min(ids.size(), begin + static_cast<size_t>(m_prefill_chunk));
+    const int64_t n = static_cast<int64_t>(end - begin);
+    logits = forward_chunk(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), {},
+                           end < ids.size(), embeds.narrow(0, static_cast<int64_t>(begin), n),
+                           infos.data() + begin);
+  }
+  return logits;
+}
+
+at::Tensor TextRunner::prefill(const std::vector<int32_t>& ids, const TokenInfo& info_template) {
+  check_prompt(ids);
   at::Tensor logits;
   for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(m_prefill_chunk)) {
     const size_t end = std::min(ids.size(), begin + static_cast<size_t>(m_prefill_chunk));
-    logits = forward_chunk(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), info_template);
+    logits = forward_chunk(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), info_template,
+                           end < ids.size());
   }
   return logits;
 }
@@ -95,9 +134,10 @@ at::Tensor TextRunner::step(int32_t id, const TokenInfo& info_template) {
   return prefill({id}, info_template);
 }
 
-GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt,
-                          const GenerationParams& params, const TextCallback& on_text,
-                          const std::atomic<bool>* cancel) {
+namespace {
+GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& prompt,
+                               const PrefilledPrompt* pre, const GenerationParams& params,
+                               const TextCallback& on_text, const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(params.max_new_tokens >= 0, Input, "max new tokens must be >= 0, got ",
                params.max_new_tokens);
   for (const auto& s : params.stop_strings)
@@ -120,8 +160,9 @@ GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt
   };
 
   auto t0 = std::chrono::steady_clock::now();
-  at::Tensor logits = runner.prefill(prompt);
-  r.prefill_ms = ms_since(t0);
+  at::Tensor logits = pre ? pre->logits : runner.prefill(prompt);
+  r.prefill_ms = pre ? pre->prefill_ms : ms_since(t0);
+  const TokenInfo decode_info = pre ? pre->decode_info : TokenInfo{};
   const int64_t vocab = model.config.vocab_size;
   const auto& eos = model.config.eos_token_ids;
   const int64_t limit = model.config.max_position_embeddings;
@@ -156,15 +197,42 @@ GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt
       r.stop_reason = "context_full";
       break;
     }
-    logits = runner.step(next);
+    logits = runner.step(next, decode_info);
   }
   r.decode_ms = ms_since(t1);
   if (detok && r.stop_reason != "stop_string") text += detok->flush();
   emit_until(text.size());
   r.text = text;
-  r.kv_entries = runner.cache().bookkeeping().total_entries();
+  const KvBookkeeping& kv = runner.cache().bookkeeping();
+  r.kv_entries = kv.total_entries();
   r.kv_bytes = runner.cache().bytes_held();
+  const ModalityCounts by_modality = count_entries_by_modality(kv);
+  r.kv_text_entries = by_modality.text;
+  r.kv_image_entries = by_modality.image;
+  r.peak_kv_entries = r.kv_entries;
+  if (const Evictor* ev = runner.evictor()) {
+    r.policy = ev->policy().name();
+    r.budget_global = ev->budget_global();
+    r.eviction_events = ev->n_events();
+    r.peak_kv_entries = std::max(ev->peak_entries(), r.kv_entries);
+    r.trace = std::make_shared<const Trace>(ev->trace());
+  }
   return r;
+}
+}  // namespace
+
+GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt,
+                          const GenerationParams& params, const TextCallback& on_text,
+                          const std::atomic<bool>* cancel) {
+  return generate_from(runner, prompt, nullptr, params, on_text, cancel);
+}
+
+GenerationResult generate(TextRunner& runner, const PrefilledPrompt& prompt,
+                          const GenerationParams& params, const TextCallback& on_text,
+                          const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(prompt.logits.defined() && !prompt.ids.empty(), Input,
+               "nothing to answer: the prompt has not been prefilled");
+  return generate_from(runner, prompt.ids, &prompt, params, on_text, cancel);
 }
 
 }  // namespace trimkv

@@ -74,4 +74,13 @@ at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
   return at::matmul(probs, vh).permute({1, 0, 2}).reshape({n, n_head * hd});
 }
 
+at::Tensor retention_logit_bias(const at::Tensor& log_beta) {
+  const int64_t n = log_beta.size(0);
+  at::Tensor idx = at::arange(n, log_beta.options());
+  at::Tensor dist = idx.unsqueeze(1) - idx.unsqueeze(0);                   // [n, n]: t - i
+  at::Tensor bias = dist.unsqueeze(0) * log_beta.t().unsqueeze(1);         // [n_kv, n, n]
+  at::Tensor upper = at::ones({n, n}, at::kBool).triu(1);
+  return bias.masked_fill(upper, -std::numeric_limits<double>::infinity());
+}
+
 }  // namespace trimkv

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 
+#include "trimkv/core/attention_observer.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/kv_cache.h"
 #include "trimkv/core/layers.h"
@@ -135,7 +136,9 @@ void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x
 }
 
 at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& positions,
-                                      const std::vector<at::Tensor>& logit_bias) const {
+                                      const std::vector<at::Tensor>& logit_bias,
+                                      const EntryScorer* scorer,
+                                      std::vector<at::Tensor>* log_beta_out) const {
   TRIMKV_ASSERT(logit_bias.empty() || static_cast<int64_t>(logit_bias.size()) == m_cfg.n_layer);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
   const RopeTables rope = rope_tables(m_cfg.rope, m_cfg.head_dim, positions);
@@ -145,8 +148,14 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
     at::Tensor h = rms_norm(x, lw.attn_norm, m_cfg.rms_norm_eps);
     at::Tensor q, k, v;
     project_qkv(lw, h, rope, q, k, v);
-    at::Tensor attn = dense_causal_attention(q, k, v, scale,
-                                             logit_bias.empty() ? at::Tensor() : logit_bias[il]);
+    at::Tensor bias = logit_bias.empty() ? at::Tensor() : logit_bias[il];
+    if (scorer) {
+      at::Tensor lb = scorer->log_beta(il, h);  // [n, n_kv]
+      if (log_beta_out) log_beta_out->push_back(lb);
+      at::Tensor rb = retention_logit_bias(lb);
+      bias = bias.defined() ? bias + rb : rb;
+    }
+    at::Tensor attn = dense_causal_attention(q, k, v, scale, bias);
     x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
     x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
   }
@@ -155,7 +164,8 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
 
 at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor& positions,
                                        const std::vector<int32_t>& token_indices, KvCache& cache,
-                                       const EntryScorer* scorer) const {
+                                       const EntryScorer* scorer,
+                                       AttentionObserver* observer) const {
   const int64_t n = x_in.size(0);
   TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(0) == n);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
@@ -172,8 +182,23 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
     if (log_beta.defined())
       lb.assign(log_beta.data_ptr<float>(), log_beta.data_ptr<float>() + log_beta.numel());
     cache.append(static_cast<int>(il), k, v, token_indices, lb);
-    at::Tensor attn = kernels::paged_attention(q, cache.layer_view(static_cast<int>(il)), scale)
-                          .view({n, m_cfg.n_head * m_cfg.head_dim});
+    const kernels::PagedKvView view = cache.layer_view(static_cast<int>(il));
+    at::Tensor attn;
+    if (observer && observer->observes()) {
+      at::Tensor attn_sum;  // [n_kv_head, max_len], only when the observer asks
+      if (observer->wants_attention_sum()) {
+        kernels::PagedAttentionOutput r = kernels::paged_attention_with_stats(q, view, scale);
+        attn = r.out;
+        attn_sum = r.attn_sum;
+      } else {
+        attn = kernels::paged_attention(q, view, scale);
+      }
+      observer->on_layer(LayerObservation{static_cast<int>(il), &q,
+                                          attn_sum.defined() ? &attn_sum : nullptr, view, scale});
+    } else {
+      attn = kernels::paged_attention(q, view, scale);
+    }
+    attn = attn.view({n, m_cfg.n_head * m_cfg.head_dim});
     x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
     x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
   }

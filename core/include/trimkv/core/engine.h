@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/eviction_settings.h"
 #include "trimkv/core/generation_types.h"
 
 namespace trimkv {
@@ -30,12 +31,20 @@ struct ModelInfo {
   int64_t tokenizer_vocab_size = 0;
   std::vector<int32_t> eos_token_ids;
   int64_t kv_bytes_per_token = 0;  // K and V of one token over all layers and KV heads (float32)
+  std::string gates_file;          // retention gates in use ("" = none)
+  std::string gates_kind;          // dbtrimkv | trimkv
+  int64_t gates_parameters = 0;
+  int64_t gates_train_budget = 0;  // M per head they were trained with (0 = unknown)
 };
 
 struct EngineOptions {
   int threads = 0;          // 0 = leave the library default
   int prefill_chunk = 256;  // tokens per prefill forward
   int block_size = 16;      // KV entries per cache block
+  // Retention gates (gate_file.h): a gates file (.safetensors ours, .pth the reference's);
+  // "" = the model folder's own retention_gates.safetensors / trimkv_weights.pth when present;
+  // "none" = no gates. A file that does not fit the model is refused (Error{Config}).
+  std::string gates;
 };
 
 class Engine {
@@ -52,6 +61,12 @@ class Engine {
 
   GenerationResult generate(const std::vector<int32_t>& prompt, const GenerationParams& params,
                             const TextCallback& on_text = {},
+                            const std::atomic<bool>* cancel = nullptr);
+  // Same, with the KV cache under an eviction policy and budget. The settings are checked against
+  // the model (geometry, gates) before any work starts: Error{Input}. The result carries the
+  // policy, budget, eviction count and trace.
+  GenerationResult generate(const std::vector<int32_t>& prompt, const GenerationParams& params,
+                            const EvictionSettings& eviction, const TextCallback& on_text = {},
                             const std::atomic<bool>* cancel = nullptr);
 
  private:

@@ -15,6 +15,8 @@
 
 namespace trimkv {
 
+class EntryScorer;
+class Evictor;
 class KvCache;
 
 // Geometry of the cache that `model` needs (layers, KV heads, head_dim).
@@ -31,23 +33,59 @@ class TextRunner {
   at::Tensor prefill(const std::vector<int32_t>& ids, const TokenInfo& info_template = {});
   // Same, for one token (decode); returns [vocab] logits.
   at::Tensor step(int32_t id, const TokenInfo& info_template = {});
+  // Multimodal prefill: positions whose input embeddings are given (the caller merged image
+  // features into the token embeddings). ids: [n] (image positions hold the image token id),
+  // embeds: [n, hidden_size], infos: [n] (modality, turn, image fields; token_index and
+  // rope_position are assigned here). `cancel` is polled between chunks: Error{Cancelled}, with
+  // the chunks already run left in the cache (the Session rolls back). Returns [vocab] logits of
+  // the last position.
+  at::Tensor prefill_embedded(const std::vector<int32_t>& ids, const at::Tensor& embeds,
+                              const std::vector<TokenInfo>& infos,
+                              const std::atomic<bool>* cancel = nullptr);
+
+  // Eviction (evictor.h): after every forward the evictor may compress the cache; `scorer`
+  // (nullable) gives each new entry its log β (retention gates). Error{Input} before any work
+  // when the evictor's policy needs gates and scorer is null. Both must outlive the runner;
+  // pass nullptrs to detach.
+  void set_eviction(Evictor* evictor, const EntryScorer* scorer = nullptr);
+  Evictor* evictor() const { return m_evictor; }
 
   int64_t n_tokens() const { return m_n_tokens; }  // tokens in the stream so far
   const TextModel& model() const { return *m_model; }
   KvCache& cache() { return *m_cache; }
 
  private:
-  at::Tensor forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template);
+  // more_chunks: another chunk of the same prefill follows (eviction trigger, evictor.h).
+  // embeds: [n, d] input embeddings (undefined: looked up from ids); per_token: [n] infos
+  // replacing info_template (nullable).
+  at::Tensor forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
+                           bool more_chunks = false, const at::Tensor& embeds = {},
+                           const TokenInfo* per_token = nullptr);
+  void check_prompt(const std::vector<int32_t>& ids) const;  // non-empty, fits, in vocabulary
 
   const TextModel* m_model;
   KvCache* m_cache;
   int m_prefill_chunk;
   int64_t m_n_tokens = 0;
+  Evictor* m_evictor = nullptr;
+  const EntryScorer* m_scorer = nullptr;
 };
 
 // Prefills `prompt` onto the runner's stream and generates. `cancel` (nullable) is polled between
 // steps from any thread; a cancelled run returns what it had with stop_reason "cancelled".
 GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt,
+                          const GenerationParams& params, const TextCallback& on_text = {},
+                          const std::atomic<bool>* cancel = nullptr);
+
+// A prompt already prefilled onto the runner's stream (multimodal prompts, conversation turns).
+struct PrefilledPrompt {
+  at::Tensor logits;             // [vocab] of its last position
+  std::vector<int32_t> ids;      // its ids (repetition penalty history; prompt_tokens)
+  double prefill_ms = 0;         // reported as the result's prefill_ms
+  TokenInfo decode_info;         // metadata template of the generated tokens (turn)
+};
+// Generates from a prefilled prompt (same contract as above otherwise).
+GenerationResult generate(TextRunner& runner, const PrefilledPrompt& prompt,
                           const GenerationParams& params, const TextCallback& on_text = {},
                           const std::atomic<bool>* cancel = nullptr);
 

@@ -2,10 +2,12 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "trimkv/core/sampling.h"
+#include "trimkv/core/trace.h"
 
 namespace trimkv {
 
@@ -25,6 +27,15 @@ struct GenerationResult {
   double decode_ms = 0;         // every decode step after that
   int64_t kv_entries = 0;       // entries held by the cache at the end
   int64_t kv_bytes = 0;         // bytes of K and V held at the end
+  int64_t kv_text_entries = 0;  // entries held at the end whose token is text
+  int64_t kv_image_entries = 0; // ... image
+  // Eviction (when the runner has an evictor): the policy, M_global (-1: unlimited), the number
+  // of compressions, the most entries held after any forward, and the trace (null otherwise).
+  std::string policy = "full";
+  int64_t budget_global = -1;
+  int64_t eviction_events = 0;
+  int64_t peak_kv_entries = 0;
+  std::shared_ptr<const Trace> trace;
 };
 
 // Streaming: `on_text` receives pieces of the final text as they become certain (never half a

@@ -32,4 +32,8 @@ at::Tensor gated_mlp(const at::Tensor& x, const at::Tensor& w_gate_up, const at:
 at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                   double scale, const at::Tensor& logit_bias = {});
 
+// Retention-gated attention's additive term (METHOD.md §3): bias[h, t, i] = (t - i)·log_beta[i, h]
+// for i <= t, -inf above the diagonal (never attended). log_beta: [n, n_kv] -> [n_kv, n, n].
+at::Tensor retention_logit_bias(const at::Tensor& log_beta);
+
 }  // namespace trimkv

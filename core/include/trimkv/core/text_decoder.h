@@ -17,6 +17,7 @@
 
 namespace trimkv {
 
+class AttentionObserver;
 class KvCache;
 class WeightStore;
 
@@ -66,16 +67,25 @@ class TextDecoder {
 
   // Dense path. x: [n, d] input embeddings, positions: [n] int64 rope positions.
   // Returns the final-normed hidden states [n, d]. `logit_bias` per layer (optional): [n_kv, n, n]
-  // added to the attention logits (retention-gated attention).
+  // added to the attention logits.
+  // `scorer` (optional): retention-gated attention (METHOD.md §3): each layer's log β [n, n_kv]
+  // is computed from that layer's post-norm hidden state and (t - i)·log β_i is added to the
+  // logits (t, i = sequential indices 0..n-1), on top of `logit_bias`. Each layer's log β is
+  // appended to `log_beta_out` when given. Differentiable through the gates.
   at::Tensor forward_dense(const at::Tensor& x, const at::Tensor& positions,
-                           const std::vector<at::Tensor>& logit_bias = {}) const;
+                           const std::vector<at::Tensor>& logit_bias = {},
+                           const EntryScorer* scorer = nullptr,
+                           std::vector<at::Tensor>* log_beta_out = nullptr) const;
 
   // Cached path: x [n, d], positions [n] (rope), token_indices [n] (sequential stream indices,
   // already registered in the cache). Appends each layer's K/V (and log β from `scorer`, if any)
   // then attends over the cache. Returns final-normed hidden states [n, d].
+  // `observer` (optional): receives each layer's queries and, when it asks, the per-entry
+  // attention sums (eviction policies that need attention statistics; attention_observer.h).
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& positions,
                             const std::vector<int32_t>& token_indices, KvCache& cache,
-                            const EntryScorer* scorer = nullptr) const;
+                            const EntryScorer* scorer = nullptr,
+                            AttentionObserver* observer = nullptr) const;
 
   at::Tensor logits(const at::Tensor& hidden /* [n, d] */) const;  // -> [n, vocab]
 

@@ -1,0 +1,104 @@
+// `trimkv make-world`: writes a split of the synthetic visual world (JSONL + PNGs).
+#include <iostream>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "trimkv/core/error.h"
+#include "trimkv/vision/world.h"
+
+namespace trimkv::cli {
+namespace {
+
+uint64_t parse_seed(const std::string& v) {
+  size_t used = 0;
+  unsigned long long x = 0;
+  try {
+    if (v.empty() || v[0] == '-' || v[0] == '+') throw std::invalid_argument(v);
+    x = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    throw UsageError("option '--seed' needs a non-negative integer, got '" + v + "'");
+  }
+  if (used != v.size()) throw UsageError("option '--seed' needs a non-negative integer, got '" + v + "'");
+  if (x > vision::world::kMaxSeed)
+    throw UsageError("option '--seed' must be at most " + std::to_string(vision::world::kMaxSeed) + ", got " + v);
+  return x;
+}
+
+void check_range(const char* option, int value, int lo, int hi, const std::string& why = "") {
+  if (value < lo || value > hi)
+    throw UsageError(std::string("option '--") + option + "' must be in " + std::to_string(lo) + ".." +
+                     std::to_string(hi) + ", got " + std::to_string(value) + why);
+}
+
+}  // namespace
+
+int cmd_make_world(int argc, char** argv, int first) {
+  namespace w = vision::world;
+  const std::vector<OptionSpec> specs = {
+      {"out", "DIR", "output folder: DIR/{split}.jsonl, DIR/{split}.meta.json, DIR/images/{split}/*.png"},
+      {"n", "N", "number of conversations"},
+      {"seed", "S", "seed (0.." + std::to_string(w::kMaxSeed) + "); each split derives its own stream"},
+      {"split", "NAME", "train | val | test (default train)"},
+      {"max-images", "K", "images per conversation: 1..K (default 8, at most 8)"},
+      {"max-turns", "T", "user turns per conversation: 1..T (default 6, at most 6)"},
+      {"max-objects", "M", "objects per image: 1..M (default 6, at most 6)"},
+      {"image-size", "PX", "image side in pixels (default 96, 64..1024)"},
+      {"quiet", "", "no progress on stderr"},
+      {"help", "", "show this help"},
+  };
+  Args args("make-world", specs, argc, argv, first);
+  if (args.flag("help")) {
+    std::cout << Args::usage("make-world",
+                             "Write a split of the synthetic visual world: conversations of questions about "
+                             "images of coloured shapes, as JSONL with PNG images and scene annotations.",
+                             specs);
+    return 0;
+  }
+  const std::string out = args.require("out");
+  const int n = args.get_int("n", 0);
+  if (!args.has("n")) throw UsageError("option '--n' is required");
+  if (n <= 0) throw UsageError("option '--n' must be a positive number of conversations, got " + std::to_string(n));
+  const uint64_t seed = parse_seed(args.require("seed"));
+  w::Split split = w::Split::Train;
+  try {
+    split = w::parse_split(args.get("split", "train"));
+  } catch (const Error& e) {
+    throw UsageError(std::string("option '--split': ") + e.what());
+  }
+  w::WorldOptions options;
+  options.image_size = args.get_int("image-size", options.image_size);
+  options.max_images = args.get_int("max-images", options.max_images);
+  options.max_turns = args.get_int("max-turns", options.max_turns);
+  options.max_objects = args.get_int("max-objects", options.max_objects);
+  check_range("image-size", options.image_size, w::kMinImageSize, w::kMaxImageSize,
+              options.image_size < w::kMinImageSize
+                  ? " (too small for the objects: the small ones would be under 14 px wide)"
+                  : "");
+  check_range("max-images", options.max_images, 1, w::kMaxImagesLimit);
+  check_range("max-turns", options.max_turns, 1, w::kMaxTurnsLimit);
+  check_range("max-objects", options.max_objects, 1, w::kMaxObjectsLimit);
+
+  const bool quiet = args.flag("quiet");
+  int64_t last_percent = -1;
+  w::WorldFiles files;
+  try {
+    files = w::write_world(out, split, seed, n, options, [&](int64_t done, int64_t total) {
+      const int64_t percent = done * 100 / total;
+      if (!quiet && percent != last_percent) {
+        last_percent = percent;
+        std::cerr << "\rmake-world: " << done << "/" << total << " conversations" << std::flush;
+      }
+    });
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Io) throw Error(ErrorKind::Io, std::string("--out: ") + e.what());
+    throw;
+  }
+  if (!quiet) std::cerr << "\n";
+  std::cout << "wrote " << files.jsonl << ": " << files.n_conversations << " conversations, " << files.n_images
+            << " images, " << files.n_turns << " turns (split " << w::split_name(split) << ", seed " << seed
+            << ")\n";
+  return 0;
+}
+
+}  // namespace trimkv::cli
