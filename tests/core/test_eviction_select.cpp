@@ -248,7 +248,6 @@ TEST_CASE("Per-head top-k and threshold selection", "[eviction][select]") {
     for (int s = 0; s < g.n_streams(); ++s) {
       const int il = s / g.n_kv_head, h = s % g.n_kv_head;
       // Per-head reference: the global order restricted to this stream.
-      KvGeometry one{1, 1, 4, 4};
       std::vector<Ref> refs;
       const auto& entries = kv.entries(il, h);
       for (size_t e = 0; e < entries.size(); ++e)

@@ -135,12 +135,8 @@ void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x
   k = apply_rope(k, rope);
 }
 
-at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& positions,
-                                      const std::vector<at::Tensor>& logit_bias,
-                                      const EntryScorer* scorer,
-                                      std::vector<at::Tensor>* log_beta_out) const {
-  TRIMKV_ASSERT(logit_bias.empty() || static_cast<int64_t>(logit_bias.size()) == m_cfg.n_layer);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
+at::Tensor TextDecoder::run_layers(const at::Tensor& x_in, const at::Tensor& positions,
+                                   const AttendFn& attend) const {
   const RopeTables rope = rope_tables(m_cfg.rope, m_cfg.head_dim, positions);
   at::Tensor x = x_in;
   for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
@@ -148,6 +144,21 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
     at::Tensor h = rms_norm(x, lw.attn_norm, m_cfg.rms_norm_eps);
     at::Tensor q, k, v;
     project_qkv(lw, h, rope, q, k, v);
+    const at::Tensor attn = attend(il, h, q, k, v);  // [n, n_head * head_dim]
+    x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
+    x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
+  }
+  return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
+}
+
+at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& positions,
+                                      const std::vector<at::Tensor>& logit_bias,
+                                      const EntryScorer* scorer,
+                                      std::vector<at::Tensor>* log_beta_out) const {
+  TRIMKV_ASSERT(logit_bias.empty() || static_cast<int64_t>(logit_bias.size()) == m_cfg.n_layer);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
+  return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
+                                         const at::Tensor& k, const at::Tensor& v) {
     at::Tensor bias = logit_bias.empty() ? at::Tensor() : logit_bias[il];
     if (scorer) {
       at::Tensor lb = scorer->log_beta(il, h);  // [n, n_kv]
@@ -155,11 +166,8 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
       at::Tensor rb = retention_logit_bias(lb);
       bias = bias.defined() ? bias + rb : rb;
     }
-    at::Tensor attn = dense_causal_attention(q, k, v, scale, bias);
-    x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
-    x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
-  }
-  return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
+    return dense_causal_attention(q, k, v, scale, bias);
+  });
 }
 
 at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor& positions,
@@ -169,18 +177,13 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
   const int64_t n = x_in.size(0);
   TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(0) == n);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
-  const RopeTables rope = rope_tables(m_cfg.rope, m_cfg.head_dim, positions);
-  at::Tensor x = x_in;
-  for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
-    const auto& lw = m_w.layers[il];
-    at::Tensor h = rms_norm(x, lw.attn_norm, m_cfg.rms_norm_eps);
-    at::Tensor q, k, v;
-    project_qkv(lw, h, rope, q, k, v);
-    at::Tensor log_beta;
-    if (scorer) log_beta = scorer->log_beta(il, h).contiguous();  // [n, n_kv]
+  return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
+                                         const at::Tensor& k, const at::Tensor& v) {
     std::vector<float> lb;
-    if (log_beta.defined())
+    if (scorer) {
+      const at::Tensor log_beta = scorer->log_beta(il, h).contiguous();  // [n, n_kv]
       lb.assign(log_beta.data_ptr<float>(), log_beta.data_ptr<float>() + log_beta.numel());
+    }
     cache.append(static_cast<int>(il), k, v, token_indices, lb);
     const kernels::PagedKvView view = cache.layer_view(static_cast<int>(il));
     at::Tensor attn;
@@ -198,11 +201,8 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
     } else {
       attn = kernels::paged_attention(q, view, scale);
     }
-    attn = attn.view({n, m_cfg.n_head * m_cfg.head_dim});
-    x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
-    x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
-  }
-  return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
+    return attn.view({n, m_cfg.n_head * m_cfg.head_dim});
+  });
 }
 
 at::Tensor TextDecoder::logits(const at::Tensor& hidden) const {

@@ -7,6 +7,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,12 @@ class TextDecoder {
   at::Tensor logits(const at::Tensor& hidden /* [n, d] */) const;  // -> [n, vocab]
 
  private:
+  // The layer stack shared by both paths; `attend` is the only difference between them:
+  // (il, x_norm [n, d], q [n, n_head, hd], k, v [n, n_kv_head, hd]) -> [n, n_head * hd].
+  using AttendFn = std::function<at::Tensor(int64_t, const at::Tensor&, const at::Tensor&,
+                                            const at::Tensor&, const at::Tensor&)>;
+  at::Tensor run_layers(const at::Tensor& x, const at::Tensor& positions, const AttendFn& attend) const;
+
   // q, k, v of one layer, normed (Qwen3) and rotated. x_norm: [n, d].
   void project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x_norm, const RopeTables& rope,
                    at::Tensor& q, at::Tensor& k, at::Tensor& v) const;
