@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "policy_options.h"
 #include "trimkv/core/error.h"
 #include "trimkv/vision/chat_engine.h"
 
@@ -20,6 +21,7 @@ const char* kChatHelp =
     "  /image PATH   attach an image to your next message (repeatable; use <image> in the\n"
     "                message to place it, otherwise images go first)\n"
     "  /reset        start a new conversation\n"
+    "  /stats        KV cache entries by modality, bytes, policy and eviction events\n"
     "  /save FILE    save the conversation (JSON messages with image paths)\n"
     "  /quit         leave (or Ctrl-D); Ctrl-C stops an answer\n";
 
@@ -32,7 +34,7 @@ std::string trim(const std::string& s) {
 }  // namespace
 
 int cmd_chat(int argc, char** argv, int first) {
-  const std::vector<OptionSpec> specs = {
+  std::vector<OptionSpec> specs = {
       {"model", "DIR", "vision-language checkpoint folder"},
       {"max-new-tokens", "N", "tokens per answer at most (default 256)"},
       {"temperature", "T", "sampling temperature; 0 = greedy (default 0)"},
@@ -42,12 +44,16 @@ int cmd_chat(int argc, char** argv, int first) {
       {"seed", "S", "random seed for sampling (default 0)"},
       {"threads", "N", "CPU threads (default: all cores)"},
       {"prefill-chunk", "N", "tokens per prefill forward (default 256)"},
+      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       {"help", "", "show this help"},
   };
+  add_policy_option_specs(specs);
   Args args("chat", specs, argc, argv, first);
   if (args.flag("help")) {
     std::cout << Args::usage("chat", "Chat with a vision-language model in the terminal.", specs)
-              << "\ncommands during the chat:\n" << kChatHelp;
+              << "\ncommands during the chat:\n" << kChatHelp << policy_help()
+              << "--trace / --trace-csv are written when the chat ends (the conversation since the "
+                 "last /reset).\n";
     return 0;
   }
   const std::string model = args.require("model");
@@ -59,13 +65,16 @@ int cmd_chat(int argc, char** argv, int first) {
   params.sampling.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
   params.sampling.seed = static_cast<uint64_t>(args.get_int("seed", 0));
   validate(params.sampling);
+  const EvictionSettings eviction = parse_policy_settings(args);  // before the model load
   if (params.max_new_tokens <= 0) throw UsageError("--max-new-tokens must be > 0");
   if (!vision::ChatEngine::is_vlm_checkpoint(model))
     throw UsageError("'" + model + "' is not a vision-language checkpoint (see 'trimkv info')");
   EngineOptions options;
   options.threads = args.get_int("threads", 0);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
+  options.gates = args.get("gates");
   auto engine = vision::ChatEngine::load(model, options);
+  if (eviction_requested(args)) engine->set_eviction(eviction);  // checked against the model
   const ModelInfo info = engine->info();
 
   std::cout << "trimkv chat: " << info.dir << " (" << info.family << ", " << info.parameters
@@ -95,6 +104,15 @@ int cmd_chat(int argc, char** argv, int first) {
           engine->reset();
           images.clear();
           std::cout << "[new conversation]\n";
+        } else if (cmd == "/stats") {
+          const vision::ConversationState st = engine->state();
+          std::cout << "[context " << st.tokens << "/" << st.max_tokens << " tokens; KV entries: "
+                    << st.kv_entries << " (" << st.kv_text_entries << " text, " << st.kv_image_entries
+                    << " image, " << st.kv_special_entries << " special), " << st.kv_bytes / 1024.0
+                    << " KiB; policy " << st.policy << ", budget "
+                    << (st.budget_global < 0 ? std::string("unlimited") : std::to_string(st.budget_global))
+                    << ", eviction events " << st.eviction_events << ", peak " << st.peak_kv_entries
+                    << " entries]\n";
         } else if (cmd == "/save") {
           if (arg.empty()) throw UsageError("/save needs a file name");
           engine->save_transcript(arg);
@@ -118,7 +136,8 @@ int cmd_chat(int argc, char** argv, int first) {
                 << static_cast<int64_t>(r.prefill_ms) << " ms, "
                 << (r.decode_ms > 0 && steps > 0 ? steps * 1000.0 / r.decode_ms : 0.0) << " tok/s; context "
                 << st.tokens << "/" << st.max_tokens << "; KV entries: " << st.kv_text_entries << " text, "
-                << st.kv_image_entries << " image, " << st.kv_special_entries << " special]\n";
+                << st.kv_image_entries << " image, " << st.kv_special_entries << " special; "
+                << st.eviction_events << " eviction events]\n";
     } catch (const UsageError& e) {
       std::cout << "error: " << e.what() << "\n";
     } catch (const Error& e) {
@@ -127,6 +146,9 @@ int cmd_chat(int argc, char** argv, int first) {
   }
   std::signal(SIGINT, SIG_DFL);
   std::cout << "\n";
+  GenerationResult traced;
+  traced.trace = std::make_shared<const Trace>(engine->trace());
+  write_trace_outputs(args, traced);
   return 0;
 }
 

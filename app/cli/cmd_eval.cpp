@@ -7,6 +7,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "policy_options.h"
 #include "trimkv/core/error.h"
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/world_eval.h"
@@ -15,7 +16,7 @@ namespace trimkv::cli {
 
 int cmd_eval(int argc, char** argv, int first) {
   namespace w = vision::world;
-  const std::vector<OptionSpec> specs = {
+  std::vector<OptionSpec> specs = {
       {"model", "DIR", "vision-language checkpoint folder"},
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"limit", "N", "evaluate the first N conversations only"},
@@ -24,14 +25,17 @@ int cmd_eval(int argc, char** argv, int first) {
       {"records", "FILE", "write one JSON line per turn (expected, generated, correct, ...)"},
       {"threads", "N", "CPU threads (default: the library's)"},
       {"quiet", "", "no progress on stderr"},
+      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       {"help", "", "show this help"},
   };
+  add_policy_option_specs(specs);
   Args args("eval", specs, argc, argv, first);
   if (args.flag("help")) {
     std::cout << Args::usage("eval",
                              "Replay world conversations turn by turn (each answer generated greedily and kept in "
                              "the conversation) and report exact-match accuracy.",
-                             specs);
+                             specs)
+              << policy_help();
     return 0;
   }
   const std::string model = args.require("model");
@@ -42,8 +46,12 @@ int cmd_eval(int argc, char** argv, int first) {
   params.max_new_tokens = args.get_int("max-new-tokens", 8);
   if (params.max_new_tokens <= 0)
     throw UsageError("option '--max-new-tokens' must be positive, got " + std::to_string(params.max_new_tokens));
+  const EvictionSettings eviction = parse_policy_settings(args);  // before the model load
+  if (args.has("trace") || args.has("trace-csv"))
+    throw UsageError("eval runs many conversations: --trace / --trace-csv are for generate and chat");
   EngineOptions options;
   options.threads = args.get_int("threads", 0);
+  options.gates = args.get("gates");
 
   const std::vector<w::WorldRecord> conversations = w::read_world_jsonl(data, limit);
   TRIMKV_CHECK(!conversations.empty(), Input, "--data ", data, ": no conversations");
@@ -53,6 +61,9 @@ int cmd_eval(int argc, char** argv, int first) {
     TRIMKV_CHECK(records_out.good(), Io, "--records ", args.get("records"), ": cannot open for writing");
   }
   auto engine = vision::ChatEngine::load(model, options);
+  const bool evict = eviction_requested(args);
+  if (evict) engine->set_eviction(eviction);  // checked against the model before any turn
+  int64_t eviction_events = 0;
 
   std::vector<w::EvalRecord> records;
   for (size_t c = 0; c < conversations.size(); ++c) {
@@ -75,6 +86,7 @@ int cmd_eval(int argc, char** argv, int first) {
       if (records_out.is_open()) records_out << w::record_json(r) << '\n';
       records.push_back(std::move(r));
     }
+    eviction_events += engine->state().eviction_events;
     if (!args.flag("quiet"))
       std::cerr << "\reval: " << c + 1 << "/" << conversations.size() << " conversations" << std::flush;
   }
@@ -89,6 +101,12 @@ int cmd_eval(int argc, char** argv, int first) {
   std::cout << std::fixed << std::setprecision(3) << "accuracy " << summary.all.accuracy() << " ("
             << summary.all.correct << "/" << summary.all.n << " turns, " << conversations.size()
             << " conversations)\n";
+  if (evict) {
+    const vision::ConversationState st = engine->state();
+    std::cout << "policy " << st.policy << ", budget "
+              << (st.budget_global < 0 ? std::string("unlimited") : std::to_string(st.budget_global))
+              << " entries, " << eviction_events << " eviction events\n";
+  }
   for (const auto& [type, tally] : summary.by_type)
     std::cout << "  " << std::left << std::setw(28) << type << tally.accuracy() << "  (" << tally.n << ")\n";
   std::cout << "by images since the needed one:\n";

@@ -95,9 +95,6 @@ int cmd_generate(int argc, char** argv, int first) {
   const bool vlm = !images.empty() || args.flag("chat") ||
                    (args.has("prompt") && vision::ChatEngine::is_vlm_checkpoint(model));
   if (vlm && args.has("prompt-ids")) throw UsageError("--image and --chat need --prompt text, not --prompt-ids");
-  if (vlm && eviction_requested(args))
-    throw UsageError("eviction options (--policy, --budget, --trace...) are not wired into the "
-                     "vision-language chat engine yet; '" + model + "' runs with the full cache only");
   std::unique_ptr<vision::ChatEngine> chat;
   std::unique_ptr<Engine> engine;
   if (vlm) {
@@ -116,7 +113,8 @@ int cmd_generate(int argc, char** argv, int first) {
   TextCallback stream;
   if (!json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
   const GenerationResult r =
-      chat ? chat->generate(args.get("prompt"), images, params, args.flag("chat"), stream, &g_cancel)
+      chat ? chat->generate(args.get("prompt"), images, params, eviction, args.flag("chat"), stream,
+                            &g_cancel)
            : engine->generate(prompt_ids, params, eviction, stream, &g_cancel);
   std::signal(SIGINT, SIG_DFL);
   write_trace_outputs(args, r);

@@ -10,6 +10,7 @@
 #include "args.h"
 #include "commands.h"
 #include "trimkv/core/train_gates.h"
+#include "trimkv/vision/train_gates_vlm.h"
 
 namespace trimkv::cli {
 
@@ -123,7 +124,7 @@ int cmd_train_gates(int argc, char** argv, int first) {
                   p.checkpointed ? "  [checkpoint]" : "");
     std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
   };
-  const TrainResult r = train_gates(o, on_warning, on_setup, on_progress, &g_stop);
+  const TrainResult r = vision::train_gates_vlm(o, on_warning, on_setup, on_progress, &g_stop);
   std::signal(SIGINT, SIG_DFL);
   if (tty && !json) std::cerr << "\n";
   if (r.interrupted) {

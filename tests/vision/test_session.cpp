@@ -132,14 +132,16 @@ class CancelAfterEncoding : public TurnEncoder {
   CancelAfterEncoding(std::shared_ptr<const TurnEncoder> inner, std::atomic<bool>* flag)
       : m_inner(std::move(inner)), m_flag(flag) {}
   StreamSegment user_turn(const std::vector<ContentPart>& content, bool first, int first_image_id,
-                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel) const override {
-    StreamSegment s = m_inner->user_turn(content, first, first_image_id, images, cancel);
+                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
+                          const ImageTokenReducer& reduce) const override {
+    StreamSegment s = m_inner->user_turn(content, first, first_image_id, images, cancel, reduce);
     if (m_armed) m_flag->store(true);
     return s;
   }
   StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
-                           std::vector<ImageRecord>& images, const std::atomic<bool>* cancel) const override {
-    return m_inner->raw_prompt(content, first_image_id, images, cancel);
+                           std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
+                           const ImageTokenReducer& reduce) const override {
+    return m_inner->raw_prompt(content, first_image_id, images, cancel, reduce);
   }
   std::vector<int32_t> assistant_turn(const std::string& text) const override { return m_inner->assistant_turn(text); }
   std::vector<int32_t> close_assistant_turn() const override { return m_inner->close_assistant_turn(); }

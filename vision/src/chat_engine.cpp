@@ -2,10 +2,15 @@
 
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "trimkv/core/budget.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/evictor.h"
+#include "trimkv/core/gate_file.h"
 #include "trimkv/core/kv_stats.h"
 #include "trimkv/core/session.h"
 #include "trimkv/vision/vlm.h"
@@ -15,9 +20,17 @@ namespace trimkv::vision {
 struct ChatEngine::Impl {
   std::shared_ptr<VlmModel> model;
   EngineOptions options;
+  std::shared_ptr<const RetentionGates> gates;  // null when the model runs without gates
+  std::string gates_path;
+  EvictionSettings eviction;  // of the conversation
   std::unique_ptr<Session> session;
 
   SessionOptions session_options() const { return {options.block_size, options.prefill_chunk}; }
+  // Entries carry log β when the model has gates; `ev` (null: none) puts the cache under a policy.
+  void configure(Session& s, const EvictionSettings* ev) const {
+    if (ev) s.set_eviction(*ev, gates.get());  // validates before changing anything
+    else s.set_eviction(nullptr, gates.get());
+  }
 };
 
 ChatEngine::ChatEngine(std::unique_ptr<Impl> impl) : m_impl(std::move(impl)) {}
@@ -33,7 +46,17 @@ std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& dir, const Engin
   auto impl = std::make_unique<Impl>();
   impl->model = load_vlm(dir);
   impl->options = options;
+  const std::string& text_dir = impl->model->text.dir;
+  impl->gates_path = options.gates == "none" ? ""
+                     : options.gates.empty() ? find_gates_file(dir)
+                                             : options.gates;
+  if (!impl->gates_path.empty()) {
+    auto gates = std::make_shared<RetentionGates>(load_gates(impl->gates_path));
+    check_gates_fit(*gates, impl->model->text.config, impl->gates_path, text_dir);
+    impl->gates = std::move(gates);
+  }
   impl->session = std::make_unique<Session>(impl->model->text, impl->model->encoder, impl->session_options());
+  impl->configure(*impl->session, nullptr);
   return std::unique_ptr<ChatEngine>(new ChatEngine(std::move(impl)));
 }
 
@@ -64,6 +87,12 @@ ModelInfo ChatEngine::info() const {
   i.tokenizer_vocab_size = m.tokenizer ? m.tokenizer->vocab_size() : 0;
   i.eos_token_ids = c.eos_token_ids;
   i.kv_bytes_per_token = c.n_layer * c.n_kv_head * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+  if (m_impl->gates) {
+    i.gates_file = m_impl->gates_path;
+    i.gates_kind = gate_kind_name(m_impl->gates->config().kind);
+    i.gates_parameters = m_impl->gates->parameter_count();
+    i.gates_train_budget = m_impl->gates->config().train_budget;
+  }
   return i;
 }
 
@@ -73,7 +102,22 @@ GenerationResult ChatEngine::generate(const std::string& prompt, const std::vect
                                       const GenerationParams& params, bool chat_template,
                                       const TextCallback& on_text, const std::atomic<bool>* cancel) {
   // A fresh conversation of its own: the engine's conversation is left as it was.
+  return run_one(prompt, images, params, nullptr, chat_template, on_text, cancel);
+}
+
+GenerationResult ChatEngine::generate(const std::string& prompt, const std::vector<std::string>& images,
+                                      const GenerationParams& params, const EvictionSettings& eviction,
+                                      bool chat_template, const TextCallback& on_text,
+                                      const std::atomic<bool>* cancel) {
+  return run_one(prompt, images, params, &eviction, chat_template, on_text, cancel);
+}
+
+GenerationResult ChatEngine::run_one(const std::string& prompt, const std::vector<std::string>& images,
+                                     const GenerationParams& params, const EvictionSettings* eviction,
+                                     bool chat_template, const TextCallback& on_text,
+                                     const std::atomic<bool>* cancel) {
   Session one(m_impl->model->text, m_impl->model->encoder, m_impl->session_options());
+  m_impl->configure(one, eviction);  // before any image is read
   const std::vector<ContentPart> content = content_from_prompt(prompt, images);
   if (chat_template) one.add_user_turn(content, cancel);
   else one.add_raw_prompt(content, cancel);
@@ -98,6 +142,30 @@ void ChatEngine::add_assistant_text(const std::string& text) { m_impl->session->
 
 void ChatEngine::reset() { m_impl->session->reset(); }
 
+void ChatEngine::set_eviction(const EvictionSettings& eviction) {
+  m_impl->configure(*m_impl->session, &eviction);  // throws before changing anything
+  m_impl->eviction = eviction;
+}
+
+const EvictionSettings& ChatEngine::eviction() const { return m_impl->eviction; }
+
+Trace ChatEngine::trace() const {
+  if (const Evictor* ev = m_impl->session->evictor()) return ev->trace();
+  Trace t;
+  t.geometry = m_impl->session->cache().geometry();
+  return t;
+}
+
+KvSnapshot ChatEngine::snapshot() const {
+  const Session& s = *m_impl->session;
+  if (const Evictor* ev = s.evictor()) return ev->snapshot(s.cache());
+  KvSnapshot snap = make_snapshot(s.cache().bookkeeping(), {},
+                                  kv_bytes_per_entry(s.cache().geometry(),
+                                                     static_cast<int>(s.cache().k_pool().element_size())));
+  snap.policy = "full";
+  return snap;
+}
+
 ConversationState ChatEngine::state() const {
   const Session& s = *m_impl->session;
   ConversationState st;
@@ -113,6 +181,13 @@ ConversationState ChatEngine::state() const {
   st.kv_text_entries = counts.text;
   st.kv_image_entries = counts.image;
   st.kv_special_entries = counts.special;
+  st.peak_kv_entries = st.kv_entries;
+  if (const Evictor* ev = s.evictor()) {
+    st.policy = ev->policy().name();
+    st.budget_global = ev->budget_global();
+    st.eviction_events = ev->n_events();
+    st.peak_kv_entries = std::max(ev->peak_entries(), st.kv_entries);
+  }
   return st;
 }
 

@@ -68,7 +68,8 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
   return layers;
 }
 
-at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg) {
+at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg,
+                     VitAttentionStats* stats) {
   const int64_t n = x.size(0), d = cfg.hidden_size, nh = cfg.n_head, hd = cfg.head_dim();
   at::Tensor h = at::layer_norm(x, {d}, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
   at::Tensor qkv = kernels::linear_auto(h, w.w_qkv, w.b_qkv);                 // [n, 3D]
@@ -76,12 +77,25 @@ at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitCon
   // at::matmul may be a generic build several times slower (README "Benchmarks").
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   at::Tensor attn = at::empty({n, d}, x.options());  // [n, D]
+  at::Tensor received, keys;
+  if (stats) {
+    received = at::zeros({n}, x.options().dtype(at::kFloat));
+    keys = at::zeros({n, hd}, x.options().dtype(at::kFloat));
+  }
   for (int64_t h = 0; h < nh; ++h) {
     const at::Tensor q = qkv.narrow(1, h * hd, hd);                                   // [n, hd]
     const at::Tensor k = qkv.narrow(1, d + h * hd, hd).contiguous();                  // [n, hd]
     const at::Tensor vt = qkv.narrow(1, 2 * d + h * hd, hd).t().contiguous();         // [hd, n]
     const at::Tensor probs = at::softmax(kernels::linear_gemm(q, k) * scale, -1);    // [n, n]
     attn.narrow(1, h * hd, hd).copy_(kernels::linear_gemm(probs, vt));                // [n, hd]
+    if (stats) {
+      received.add_(probs.sum(0).to(at::kFloat));  // column sums: attention received
+      keys.add_(k.to(at::kFloat));
+    }
+  }
+  if (stats) {
+    stats->received = received / static_cast<double>(nh * n);
+    stats->keys = keys / static_cast<double>(nh);
   }
   at::Tensor y = x + kernels::linear_auto(attn, w.w_o, w.b_o);
   at::Tensor m = at::layer_norm(y, {d}, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);

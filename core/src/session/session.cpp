@@ -24,12 +24,27 @@ Session::~Session() = default;
 
 void Session::new_runner() {
   m_runner = std::make_unique<TextRunner>(*m_model, m_cache, m_options.prefill_chunk);
-  if (m_evictor) m_runner->set_eviction(m_evictor, m_scorer);
+  if (m_owned_settings) {  // a fresh evictor for the rebuilt cache (its trace starts anew)
+    m_owned_evictor = std::make_unique<Evictor>(*m_owned_settings, m_cache.geometry());
+    m_evictor = m_owned_evictor.get();
+  }
+  if (m_evictor || m_scorer) m_runner->set_eviction(m_evictor, m_scorer);
 }
 
 void Session::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
   m_runner->set_eviction(evictor, scorer);  // validates first (gates a policy needs)
+  m_owned_settings.reset();
+  m_owned_evictor.reset();
   m_evictor = evictor;
+  m_scorer = scorer;
+}
+
+void Session::set_eviction(const EvictionSettings& settings, const EntryScorer* scorer) {
+  auto evictor = std::make_unique<Evictor>(settings, m_cache.geometry());  // validates
+  m_runner->set_eviction(evictor.get(), scorer);  // gates the policy needs
+  m_owned_settings = std::make_unique<EvictionSettings>(settings);
+  m_owned_evictor = std::move(evictor);
+  m_evictor = m_owned_evictor.get();
   m_scorer = scorer;
 }
 
@@ -38,6 +53,9 @@ void Session::rebuild() {
   new_runner();
   m_ids.clear();
   for (const Stored& s : m_stored) {
+    // A fresh (owned) evictor gets the segment's token merges again; an external one has them.
+    if (m_owned_settings && m_evictor)
+      for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
     m_runner->prefill_embedded(s.ids, s.embeds, s.infos);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
   }
@@ -67,8 +85,14 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
     s.embeds.index_copy_(0, at::tensor(image_rows, at::kLong), seg.image_embeddings.to(at::kFloat));
   }
   const size_t mark = m_ids.size();
+  for (TokenMerge tm : seg.token_merges) {
+    tm.first_token += static_cast<int32_t>(mark);
+    s.merges.push_back(std::move(tm));
+  }
   try {
     at::Tensor logits = m_runner->prefill_embedded(s.ids, s.embeds, s.infos, cancel);
+    if (m_evictor)
+      for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
     m_stored.push_back(std::move(s));
     return logits;
@@ -86,8 +110,9 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
   std::vector<ImageRecord> images;
   const int first_image = static_cast<int>(m_images.size());
   auto t0 = std::chrono::steady_clock::now();
-  StreamSegment seg = chat ? m_encoder->user_turn(content, m_stored.empty(), first_image, images, cancel)
-                           : m_encoder->raw_prompt(content, first_image, images, cancel);
+  const ImageTokenReducer reduce = image_token_reducer();
+  StreamSegment seg = chat ? m_encoder->user_turn(content, m_stored.empty(), first_image, images, cancel, reduce)
+                           : m_encoder->raw_prompt(content, first_image, images, cancel, reduce);
   PrefilledPrompt p;
   p.logits = append(seg, m_turn, cancel);
   p.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -98,6 +123,15 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
   m_chat_turn = chat;
   m_pending = std::move(p);
   ++m_turn;
+}
+
+ImageTokenReducer Session::image_token_reducer() const {
+  int dominant = 0, contextual = 0;
+  if (!m_evictor || !visionzip_settings(m_evictor->policy(), dominant, contextual)) return {};
+  return [dominant, contextual](const at::Tensor& attention, const at::Tensor& keys,
+                                const at::Tensor& embeddings) {
+    return visionzip_select(attention, keys, embeddings, dominant, contextual);
+  };
 }
 
 void Session::add_user_turn(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel) {
@@ -159,6 +193,12 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
   const ModalityCounts counts = count_entries_by_modality(kv);
   r.kv_text_entries = counts.text;
   r.kv_image_entries = counts.image;
+  r.peak_kv_entries = std::max(r.peak_kv_entries, r.kv_entries);
+  if (m_evictor) {  // the closing tokens may have compressed again
+    r.eviction_events = m_evictor->n_events();
+    r.peak_kv_entries = std::max(m_evictor->peak_entries(), r.kv_entries);
+    r.trace = std::make_shared<const Trace>(m_evictor->trace());
+  }
   return r;
 }
 

@@ -89,7 +89,7 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
             if (!fs::is_regular_file(p)) throw LineProblem{"image '" + im.get<std::string>() + "' not found"};
             s.images.push_back(p.string());
           }
-          if (!s.images.empty() && !options.has_vision)
+          if (!s.images.empty() && !options.has_vision && !options.media)
             throw LineProblem{"has " + std::to_string(s.images.size()) + " image(s), but model '" + model.dir +
                               "' has no vision tower (images are not supported for this model)"};
         }
@@ -100,6 +100,9 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
           const std::string turn = "turn " + std::to_string(k + 1);
           if (!t.is_object()) throw LineProblem{turn + " is not an object"};
           std::vector<int32_t> prompt, answer;
+          if (t.contains("text") && t["text"].is_string() && t.contains("answer") && t["answer"].is_string() &&
+              !t.contains("text_ids") && !t.contains("answer_ids"))
+            s.turns.push_back({t["text"].get<std::string>(), t["answer"].get<std::string>()});
           if (t.contains("text_ids")) prompt = ids_of(t["text_ids"], "text_ids");
           else if (t.contains("text")) prompt = encode(t["text"].is_string() ? nlohmann::json(t["text"].get<std::string>() + "\n") : t["text"], "text", k == 0);
           else throw LineProblem{turn + " has no \"text\""};
@@ -111,6 +114,8 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
           push(prompt, false);
           push(answer, true);
         }
+        if (s.turns.size() != turns.size()) s.turns.clear();  // some turn given as ids
+        if (options.media) options.media->prepare(s);
       } else if (j.contains("text") || j.contains("ids")) {
         std::vector<int32_t> ids = j.contains("ids") ? ids_of(j["ids"], "ids") : encode(j["text"], "text", true);
         push(ids, true);
@@ -126,6 +131,12 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
         const int64_t drop = n - options.max_len;
         s.ids.erase(s.ids.begin(), s.ids.begin() + drop);
         s.is_label.erase(s.is_label.begin(), s.is_label.begin() + drop);
+        if (!s.is_media.empty()) {
+          int64_t dropped_rows = 0;
+          for (int64_t i = 0; i < drop; ++i) dropped_rows += s.is_media[i] ? 1 : 0;
+          s.is_media.erase(s.is_media.begin(), s.is_media.begin() + drop);
+          if (s.media.defined()) s.media = s.media.slice(0, dropped_rows).clone();
+        }
         s.truncated = true;
         ds.warnings.push_back(where + std::to_string(n) + " tokens, longer than --max-len " +
                               std::to_string(options.max_len) + ": the first " + std::to_string(drop) +

@@ -16,13 +16,24 @@ TrainResult train_gates(const TrainOptions& options, const std::function<void(co
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
   if (options.threads > 0) at::set_num_threads(options.threads);
   const TextModel model = load_text_model(options.model_dir);
+  // Text decoders; VLM folders go through vision::train_gates_vlm (which passes its encoder).
+  return train_gates_on(model, nullptr, options, on_warning, on_setup, on_progress, cancel);
+}
+
+TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* media, const TrainOptions& options,
+                           const std::function<void(const std::string&)>& on_warning,
+                           const std::function<void(const TrainSetup&)>& on_setup,
+                           const std::function<void(const TrainProgress&)>& on_progress,
+                           const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
   DatasetOptions dopt;
   dopt.max_len = options.max_len;
-  dopt.has_vision = false;  // text decoders only: see README "Gate training" for VLMs
+  dopt.has_vision = media != nullptr;
+  dopt.media = media;
   const Dataset data = load_dataset(options.data_path, model, dopt);
   if (on_warning)
     for (const auto& w : data.warnings) on_warning(w);
-  GateTrainer trainer(model, data, options);
+  GateTrainer trainer(model, data, options, media);
   if (on_setup) {
     TrainSetup s;
     s.n_samples = static_cast<int64_t>(data.samples.size());

@@ -67,15 +67,18 @@ class Idefics3Encoder final : public TurnEncoder {
         m_proc(proc), m_ids(std::move(ids)) {}
 
   StreamSegment user_turn(const std::vector<ContentPart>& content, bool first, int first_image_id,
-                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel) const override {
+                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
+                          const ImageTokenReducer& reduce) const override {
     TRIMKV_CHECK(!content.empty(), Input, "an empty user message");
     const bool image_first = content.front().kind == ContentPart::Kind::Image;
     const std::string before = std::string(first ? kConversationStart : "") + "User" + (image_first ? ":" : ": ");
-    return encode(content, before, std::string(kEndOfUtterance) + kGenerationPrompt, first_image_id, images, cancel);
+    return encode(content, before, std::string(kEndOfUtterance) + kGenerationPrompt, first_image_id, images,
+                  cancel, reduce);
   }
   StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
-                           std::vector<ImageRecord>& images, const std::atomic<bool>* cancel) const override {
-    return encode(content, "", "", first_image_id, images, cancel);
+                           std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
+                           const ImageTokenReducer& reduce) const override {
+    return encode(content, "", "", first_image_id, images, cancel, reduce);
   }
   std::vector<int32_t> assistant_turn(const std::string& text) const override {
     return m_tok->encode(" " + text + kEndOfUtterance);
@@ -85,7 +88,7 @@ class Idefics3Encoder final : public TurnEncoder {
  private:
   StreamSegment encode(const std::vector<ContentPart>& content, const std::string& before,
                        const std::string& after, int first_image_id, std::vector<ImageRecord>& images,
-                       const std::atomic<bool>* cancel) const {
+                       const std::atomic<bool>* cancel, const ImageTokenReducer& reduce) const {
     const Idefics3Config& cfg = m_vision->config();
     const int seq = static_cast<int>(cfg.image_seq_len());
     const int side = static_cast<int>(cfg.vision.patches_per_side() / cfg.scale_factor);
@@ -125,12 +128,100 @@ class Idefics3Encoder final : public TurnEncoder {
     StreamSegment seg;
     seg.ids = m_tok->encode(text);
     seg.infos = idefics3_tag_tokens(seg.ids, m_ids, grids, side, first_image_id);
-    std::vector<at::Tensor> feats;
-    for (const Idefics3Tiles& t : tiles)
-      feats.push_back(m_vision->encode(t.pixels, cancel).reshape({-1, cfg.text_hidden_size}));
-    if (!feats.empty()) seg.image_embeddings = at::cat(feats, 0);
+    if (reduce && !tiles.empty()) {
+      reduce_image_tokens(seg, tiles, records, first_image_id, seq, reduce, cancel);
+    } else {
+      std::vector<at::Tensor> feats;
+      for (const Idefics3Tiles& t : tiles)
+        feats.push_back(m_vision->encode(t.pixels, cancel).reshape({-1, cfg.text_hidden_size}));
+      if (!feats.empty()) seg.image_embeddings = at::cat(feats, 0);
+    }
     images.insert(images.end(), records.begin(), records.end());
     return seg;
+  }
+
+  // visionzip after the connector: every tile's seq image tokens (pooled last-layer attention and
+  // keys over each token's shuffle group) go through `reduce`; the tile's run of <image> ids
+  // becomes the kept tokens: the dominant ones in their original order with their own metadata
+  // (tile, patch row/col), then the merged contextual ones (image id and tile of the tile, modality
+  // Image, patch row/col -1: a merge of patches has no single grid position). A tile whose
+  // reduction keeps every token (dominant + contextual >= seq) is left exactly as it was, with no
+  // merge recorded. records' n_image_tokens become the kept counts.
+  void reduce_image_tokens(StreamSegment& seg, const std::vector<Idefics3Tiles>& tiles,
+                           std::vector<ImageRecord>& records, int first_image_id, int seq,
+                           const ImageTokenReducer& reduce, const std::atomic<bool>* cancel) const {
+    struct TileResult {
+      at::Tensor embeddings;  // [seq, H] (unchanged) or the reduced rows
+      bool reduced = false;
+      VisionZipResult r;
+    };
+    std::vector<std::vector<TileResult>> per_image;
+    for (const Idefics3Tiles& t : tiles) {
+      const Idefics3Vision::Encoded e = m_vision->encode_with_attention(t.pixels, cancel);
+      std::vector<TileResult> res;
+      for (int64_t j = 0; j < e.embeddings.size(0); ++j) {
+        TileResult tr;
+        tr.r = reduce(e.attention[j], e.keys[j], e.embeddings[j]);
+        tr.reduced = tr.r.embeddings.size(0) < seq;
+        tr.embeddings = tr.reduced ? tr.r.embeddings : e.embeddings[j];
+        res.push_back(std::move(tr));
+      }
+      per_image.push_back(std::move(res));
+    }
+    std::vector<int32_t> ids;
+    std::vector<TokenInfo> infos;
+    std::vector<at::Tensor> rows;
+    for (auto& r : records) r.n_image_tokens = 0;
+    const size_t n = seg.ids.size();
+    for (size_t i = 0; i < n;) {
+      const TokenInfo& head = seg.infos[i];
+      if (head.modality != Modality::Image) {
+        ids.push_back(seg.ids[i]);
+        infos.push_back(head);
+        ++i;
+        continue;
+      }
+      const int k = head.image_id - first_image_id;
+      TRIMKV_ASSERT(k >= 0 && k < static_cast<int>(per_image.size()) && head.tile >= 0 &&
+                        head.tile < static_cast<int>(per_image[k].size()) && i + seq <= n,
+                    "visionzip: unexpected image-token run at position ", i);
+      for (size_t q = i; q < i + static_cast<size_t>(seq); ++q)
+        TRIMKV_ASSERT(seg.infos[q].modality == Modality::Image && seg.infos[q].image_id == head.image_id &&
+                          seg.infos[q].tile == head.tile,
+                      "visionzip: the image-token run at ", i, " is not ", seq, " tokens of one tile");
+      const TileResult& tr = per_image[k][head.tile];
+      const int32_t image_token = seg.ids[i];
+      if (!tr.reduced) {
+        ids.insert(ids.end(), seg.ids.begin() + i, seg.ids.begin() + i + seq);
+        infos.insert(infos.end(), seg.infos.begin() + i, seg.infos.begin() + i + seq);
+      } else {
+        TokenMerge tm;
+        tm.image_id = head.image_id;
+        tm.first_token = static_cast<int32_t>(ids.size());
+        tm.n_in = seq;
+        tm.n_out = static_cast<int32_t>(tr.r.embeddings.size(0));
+        tm.dominant = tr.r.dominant;
+        tm.assignment = tr.r.assignment;
+        for (int32_t d : tr.r.dominant) {
+          ids.push_back(image_token);
+          infos.push_back(seg.infos[i + static_cast<size_t>(d)]);
+        }
+        for (int32_t c = static_cast<int32_t>(tr.r.dominant.size()); c < tm.n_out; ++c) {
+          TokenInfo ti = head;
+          ti.patch_row = -1;
+          ti.patch_col = -1;
+          ids.push_back(image_token);
+          infos.push_back(ti);
+        }
+        seg.token_merges.push_back(std::move(tm));
+      }
+      rows.push_back(tr.embeddings);
+      records[static_cast<size_t>(k)].n_image_tokens += tr.embeddings.size(0);
+      i += static_cast<size_t>(seq);
+    }
+    seg.ids = std::move(ids);
+    seg.infos = std::move(infos);
+    if (!rows.empty()) seg.image_embeddings = at::cat(rows, 0);
   }
 
   std::string m_dir;
@@ -296,7 +387,8 @@ int64_t Idefics3Vision::parameter_count() const {
   return n;
 }
 
-at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<bool>* cancel) const {
+at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<bool>* cancel,
+                                 std::vector<VitAttentionStats>* last_layer) const {
   const VitConfig& v = m_cfg.vision;
   TRIMKV_CHECK(pixels.dim() == 4 && pixels.size(1) == v.n_channels && pixels.size(2) == v.image_size &&
                    pixels.size(3) == v.image_size,
@@ -309,7 +401,12 @@ at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<boo
   for (int64_t i = 0; i < pixels.size(0); ++i) {
     if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
     at::Tensor x = patch_embed(pixels[i].contiguous(), m_w.patch_w, m_w.patch_b, v.patch_size) + pos;
-    for (const auto& layer : m_w.layers) x = vit_block(x, layer, v);
+    for (size_t il = 0; il < m_w.layers.size(); ++il) {
+      VitAttentionStats stats;
+      const bool last = last_layer && il + 1 == m_w.layers.size();
+      x = vit_block(x, m_w.layers[il], v, last ? &stats : nullptr);
+      if (last) last_layer->push_back(std::move(stats));
+    }
     out.push_back(at::layer_norm(x, {v.hidden_size}, m_w.post_ln_w, m_w.post_ln_b, v.layer_norm_eps));
   }
   return at::stack(out);
@@ -321,6 +418,24 @@ at::Tensor Idefics3Vision::connector(const at::Tensor& hidden) const {
   const int64_t seq = shuffled.size(1);
   return kernels::linear_auto(shuffled.reshape({n * seq, shuffled.size(2)}).contiguous(), m_w.proj)
       .view({n, seq, m_cfg.text_hidden_size});
+}
+
+Idefics3Vision::Encoded Idefics3Vision::encode_with_attention(const at::Tensor& pixels,
+                                                              const std::atomic<bool>* cancel) const {
+  std::vector<VitAttentionStats> stats;
+  Encoded e;
+  e.embeddings = connector(tower(pixels, cancel, &stats));
+  const int64_t s = m_cfg.scale_factor, s2 = s * s, seq = e.embeddings.size(1);
+  std::vector<at::Tensor> att, keys;
+  for (const VitAttentionStats& st : stats) {
+    // The connector's shuffle groups: [1, G*G, c] -> [1, seq, s*s*c] -> [seq, s*s, c], mean.
+    att.push_back(vision::pixel_shuffle(st.received.reshape({1, -1, 1}), s).reshape({seq, s2}).mean(1));
+    const int64_t hd = st.keys.size(1);
+    keys.push_back(vision::pixel_shuffle(st.keys.unsqueeze(0), s).reshape({seq, s2, hd}).mean(1));
+  }
+  e.attention = at::stack(att);
+  e.keys = at::stack(keys);
+  return e;
 }
 
 const VlmFamily& idefics3_family() {

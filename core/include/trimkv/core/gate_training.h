@@ -69,6 +69,13 @@ GateLoss gate_loss(const TextDecoder& decoder, const RetentionGates& gates, cons
 // ---------------------------------------------------------------------------------------------
 // Data.
 
+// One turn of a conversation line given as text (what a media encoder lays out with the model's
+// chat template).
+struct TrainingTurn {
+  std::string text;    // the user message, with <image> placeholders
+  std::string answer;  // the assistant's answer
+};
+
 // One training sequence: token ids and, per position, whether that token is a label (an answer
 // token the model must predict from what precedes it).
 struct TrainingSample {
@@ -76,6 +83,9 @@ struct TrainingSample {
   std::vector<int32_t> ids;         // [n]
   std::vector<uint8_t> is_label;    // [n]; is_label[0] is always 0
   std::vector<std::string> images;  // image paths (resolved against the dataset's folder)
+  std::vector<TrainingTurn> turns;  // conversation lines whose turns are all text (else empty)
+  std::vector<uint8_t> is_media;    // [n] or empty: positions whose input row is in `media`
+  at::Tensor media;                 // [count of is_media, d] frozen media features (no grad)
   bool truncated = false;
 };
 
@@ -84,6 +94,11 @@ struct TrainingSample {
 class SampleMediaEncoder {
  public:
   virtual ~SampleMediaEncoder() = default;
+  // Called once per conversation line by load_dataset, before truncation: may rewrite ids and
+  // is_label (chat template, image expansion) and fill is_media / media (the features, computed
+  // here once, without grad). Throws Error for a bad line (load_dataset skips it with a warning
+  // naming the line). Default: nothing.
+  virtual void prepare(TrainingSample& sample) const { (void)sample; }
   // ids/labels of `sample` may be rewritten (image placeholders expanded); returns [n, d] input
   // embeddings for the rewritten ids.
   virtual at::Tensor embed(TrainingSample& sample) const = 0;
@@ -92,6 +107,7 @@ class SampleMediaEncoder {
 struct DatasetOptions {
   int64_t max_len = 1024;  // longer sequences are truncated from the left (warning)
   bool has_vision = false; // whether a SampleMediaEncoder is available
+  const SampleMediaEncoder* media = nullptr;  // prepares conversation lines (implies has_vision)
 };
 
 struct Dataset {
@@ -107,7 +123,8 @@ struct Dataset {
 // and, for tokenizer-free use, per turn "text_ids" / "answer_ids" (arrays of token ids) instead
 // of "text" / "answer", or {"ids": [...]} instead of "text". A conversation is laid out as
 // text_1 "\n" answer_1 <eos> text_2 "\n" answer_2 <eos> ...; labels are the answer tokens and the
-// <eos> after them. (The model's chat template is not applied yet: see README.)
+// <eos> after them. With options.media (VLMs) its prepare() lays conversations out instead (the
+// family's chat template and image expansion: vision/gate_training_media.h).
 // Bad lines (not JSON, no usable field, empty answer, missing image, images without a vision
 // tower, ids outside the vocabulary, no label left after truncation) are skipped with a warning
 // naming the line; Error{Io} only when the file cannot be read, Error{Input} when no line is usable.
@@ -143,5 +160,14 @@ class GateTrainer {
   struct Impl;
   std::unique_ptr<Impl> m_impl;
 };
+
+// train_gates() (train_gates.h) on a model already loaded: loads options.data_path with `media`
+// (null for text models), reports the warnings and the setup, then trains. vision/ calls this
+// for VLM folders (vision/train_gates_vlm.h).
+TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* media, const TrainOptions& options,
+                           const std::function<void(const std::string&)>& on_warning = {},
+                           const std::function<void(const TrainSetup&)>& on_setup = {},
+                           const std::function<void(const TrainProgress&)>& on_progress = {},
+                           const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace trimkv

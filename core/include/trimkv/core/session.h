@@ -11,13 +11,17 @@
 #include <ATen/core/Tensor.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "trimkv/core/conversation_types.h"
+#include "trimkv/core/eviction_settings.h"
+#include "trimkv/core/evictor.h"
 #include "trimkv/core/generation.h"
 #include "trimkv/core/kv_cache.h"
+#include "trimkv/core/policies.h"
 #include "trimkv/core/text_model.h"
 
 namespace trimkv {
@@ -29,7 +33,16 @@ struct StreamSegment {
                                   //     rope_position and turn are set by the Session
   at::Tensor image_embeddings;    // [n_image, hidden_size]: rows for the positions whose
                                   //     modality is Image, in stream order; undefined if none
+  std::vector<TokenMerge> token_merges;  // image-token reductions (ImageTokenReducer) made in
+                                         // this segment; first_token counts from its start
 };
+
+// Reduces the image tokens of one vision-tower pass (an image, or one tile of a tiled image)
+// before the decoder (visionzip, METHOD.md §6): attention [n] received per token in the tower's
+// last layer, keys [n, dk], embeddings [n, d] (the decoder's rows) -> the tokens kept
+// (visionzip_select's result). The Session passes one when its policy is visionzip.
+using ImageTokenReducer = std::function<VisionZipResult(
+    const at::Tensor& attention, const at::Tensor& keys, const at::Tensor& embeddings)>;
 
 // The chat format and media encoder of one model family (implemented in vision/).
 class TurnEncoder {
@@ -39,14 +52,19 @@ class TurnEncoder {
   // message, then the assistant generation prompt. Its images are decoded and encoded now; the
   // k-th gets image id first_image_id + k and its record is appended to `images`. Errors name the
   // input and leave nothing changed; `cancel` is polled between images and tiles
-  // (Error{Cancelled}).
+  // (Error{Cancelled}). With `reduce` set, each tower pass's image tokens are replaced by the
+  // tokens it keeps (the image-token runs of the prompt shrink to match) and every pass that
+  // changed is listed in the segment's token_merges; a family without the tower statistics
+  // ignores it.
   virtual StreamSegment user_turn(const std::vector<ContentPart>& content, bool first,
                                   int first_image_id, std::vector<ImageRecord>& images,
-                                  const std::atomic<bool>* cancel) const = 0;
+                                  const std::atomic<bool>* cancel,
+                                  const ImageTokenReducer& reduce = {}) const = 0;
   // The same content without chat template (a raw prompt, as the processor sees plain text).
   virtual StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
                                    std::vector<ImageRecord>& images,
-                                   const std::atomic<bool>* cancel) const = 0;
+                                   const std::atomic<bool>* cancel,
+                                   const ImageTokenReducer& reduce = {}) const = 0;
   // An assistant answer given as text, after the generation prompt, closed.
   virtual std::vector<int32_t> assistant_turn(const std::string& text) const = 0;
   // What closes an assistant answer whose tokens are already in the stream (its end-of-turn
@@ -83,6 +101,14 @@ class Session {
   // after reset. Both must outlive the session; nullptrs detach. A rollback replays the kept
   // segments through the evictor again.
   void set_eviction(Evictor* evictor, const EntryScorer* scorer = nullptr);
+  // Same with an evictor the session owns, built from `settings` for this model now (settings,
+  // budget and the gates a policy needs are checked here: Error{Input}, nothing changed). The
+  // cache keeps what it holds; later forwards run under the policy. reset() and a rollback start
+  // a fresh evictor (new trace) and replay the kept segments through it. `scorer` (retention
+  // gates, may be null) must outlive the session.
+  void set_eviction(const EvictionSettings& settings, const EntryScorer* scorer);
+  // The evictor in use (null when none).
+  const Evictor* evictor() const { return m_evictor; }
 
   bool awaiting_answer() const { return m_pending.logits.defined(); }
   int turn() const { return m_turn; }                        // messages so far
@@ -99,17 +125,21 @@ class Session {
     std::vector<int32_t> ids;     // [n]
     std::vector<TokenInfo> infos; // [n]
     at::Tensor embeds;            // [n, hidden_size]
+    std::vector<TokenMerge> merges;  // token_merges of the segment, first_token absolute
   };
   // Prefills `seg` as message `turn`; on any error rolls back and rethrows. Returns [vocab].
   at::Tensor append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel);
   void rebuild();  // cache := the stored segments
   void new_runner();
   void add_prompt(const std::vector<ContentPart>& content, bool chat, const std::atomic<bool>* cancel);
+  ImageTokenReducer image_token_reducer() const;  // empty unless the policy is visionzip
 
   const TextModel* m_model;
   std::shared_ptr<const TurnEncoder> m_encoder;
   SessionOptions m_options;
   Evictor* m_evictor = nullptr;
+  std::unique_ptr<EvictionSettings> m_owned_settings;  // set: m_evictor is m_owned_evictor
+  std::unique_ptr<Evictor> m_owned_evictor;
   const EntryScorer* m_scorer = nullptr;
   KvCache m_cache;
   std::unique_ptr<TextRunner> m_runner;

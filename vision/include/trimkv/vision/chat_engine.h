@@ -11,6 +11,7 @@
 #include "trimkv/core/conversation_types.h"
 #include "trimkv/core/engine.h"
 #include "trimkv/core/generation_types.h"
+#include "trimkv/core/snapshot.h"
 #include "trimkv/vision/vlm_info.h"
 
 namespace trimkv::vision {
@@ -23,6 +24,13 @@ struct ConversationState {
   int64_t kv_entries = 0, kv_text_entries = 0, kv_image_entries = 0, kv_special_entries = 0;
   int64_t kv_bytes = 0;
   bool awaiting_answer = false;
+  // Eviction (ChatEngine::set_eviction): the policy ("full" when none is set), M_global (-1:
+  // unlimited), compressions since the conversation (or the evictor) started, and the most
+  // entries held after any forward.
+  std::string policy = "full";
+  int64_t budget_global = -1;
+  int64_t eviction_events = 0;
+  int64_t peak_kv_entries = 0;
   std::vector<ImageRecord> images;  // every image of the conversation, by image id
 };
 
@@ -44,7 +52,24 @@ class ChatEngine {
                             const GenerationParams& params, bool chat_template = false,
                             const TextCallback& on_text = {}, const std::atomic<bool>* cancel = nullptr);
 
+  // Same under an eviction policy and budget (a fresh evictor of its own). The settings are
+  // checked against the model (budget, policy options, gates the policy needs) before any image
+  // is read: Error{Input}. The result carries the policy, budget, eviction count and trace.
+  GenerationResult generate(const std::string& prompt, const std::vector<std::string>& images,
+                            const GenerationParams& params, const EvictionSettings& eviction,
+                            bool chat_template = false, const TextCallback& on_text = {},
+                            const std::atomic<bool>* cancel = nullptr);
+
   // --- the conversation -----------------------------------------------------------------------
+  // Puts the conversation's KV cache under an eviction policy from now on (checked as above;
+  // on error nothing changes). The cache keeps what it holds; reset() and a rollback after a
+  // failed turn start a fresh evictor (new trace). Until called: the plain full cache.
+  void set_eviction(const EvictionSettings& eviction);
+  const EvictionSettings& eviction() const;
+  // The eviction trace of the conversation so far (empty, policy "full", when none is set).
+  Trace trace() const;
+  // What the cache holds now, per layer and KV head (the GUI's view).
+  KvSnapshot snapshot() const;
   // Adds a user turn (text with optional <image> placeholders; images without placeholders go
   // first): only its images are encoded and only its tokens prefilled.
   void add_user_turn(const std::string& text, const std::vector<std::string>& images,
@@ -63,6 +88,10 @@ class ChatEngine {
   void save_transcript(const std::string& path) const;  // Error{Io} naming the file
 
  private:
+  GenerationResult run_one(const std::string& prompt, const std::vector<std::string>& images,
+                           const GenerationParams& params, const EvictionSettings* eviction,
+                           bool chat_template, const TextCallback& on_text,
+                           const std::atomic<bool>* cancel);
   struct Impl;
   explicit ChatEngine(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> m_impl;

@@ -96,13 +96,24 @@ class Idefics3Vision {
   int64_t parameter_count() const;
 
   // pixels [N, 3, S, S] -> last hidden state after post_layernorm [N, (S/p)^2, D]. `cancel` is
-  // polled between tiles (Error{Cancelled}).
-  at::Tensor tower(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr) const;
+  // polled between tiles (Error{Cancelled}). `last_layer` (optional) receives, per tile, the last
+  // encoder layer's attention statistics over its (S/p)^2 patches.
+  at::Tensor tower(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr,
+                   std::vector<VitAttentionStats>* last_layer = nullptr) const;
   // [N, (S/p)^2, D] -> [N, image_seq_len, text_hidden]
   at::Tensor connector(const at::Tensor& hidden) const;
   at::Tensor encode(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr) const {
     return connector(tower(pixels, cancel));
   }
+  // encode() plus, per connector output token, the last layer's statistics pooled over the
+  // token's pixel-shuffle group of scale_factor^2 patches (VisionZip after the connector, which
+  // needs the full patch grid): attention received (mean over the group) and keys (mean).
+  struct Encoded {
+    at::Tensor embeddings;  // [N, image_seq_len, text_hidden]
+    at::Tensor attention;   // [N, image_seq_len]
+    at::Tensor keys;        // [N, image_seq_len, head_dim]
+  };
+  Encoded encode_with_attention(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr) const;
 
   struct Weights {
     at::Tensor patch_w;    // [D, 3 * p * p] (conv weight flattened)

@@ -57,9 +57,19 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
 // Error{Unsupported} naming `where` for an activation the blocks do not implement.
 void check_vit_activation(const std::string& act, const std::string& where);
 
+// What a block's attention says about its tokens (VisionZip, METHOD.md §6), filled only when
+// asked (no extra work otherwise).
+struct VitAttentionStats {
+  at::Tensor received;  // [n]: attention each token receives, mean over heads and over all
+                        //     querying tokens (the CLS-less VisionZip score; sums to 1 over n)
+  at::Tensor keys;      // [n, head_dim]: keys, mean over heads (VisionZip's similarity space)
+};
+
 // One pre-LN block with full (bidirectional) attention: x + attn(ln1 x), then + mlp(ln2 x).
-// x: [n, D] (one image / tile) -> [n, D].
-at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg);
+// x: [n, D] (one image / tile) -> [n, D]. `stats` (optional) receives the block's attention
+// statistics.
+at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg,
+                     VitAttentionStats* stats = nullptr);
 
 // Conv2d with kernel = stride = patch as a matmul. pixels: [C, S, S], weight [D, C, p, p] given
 // flattened as [D, C*p*p], bias [D] -> [(S/p)^2, D], patches row-major.
