@@ -1,52 +1,18 @@
 // The `trimkv` command line as a user runs it: output formats, exit codes, error messages.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "cli/cli_runner.h"
 #include "test_util.h"
 #include "trimkv/core/tokenizer.h"
 
 namespace {
 
-struct Run {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-Run run_cli(const std::vector<std::string>& args) {
-  trimkv::test::ScratchDir dir("cli");
-  std::string cmd = quote(TRIMKV_CLI_PATH);
-  for (const auto& a : args) cmd += " " + quote(a);
-  cmd += " 2>" + quote(dir.file("err")) + " </dev/null";
-  Run r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = trimkv::test::read_bytes(dir.file("err"));
-  return r;
-}
+using Run = trimkv::test::CliRun;
+using trimkv::test::run_cli;
+using trimkv::test::require_clean_error;
 
 const std::string kModel = trimkv::test::model_dir("llama_gqa");
-
-// A user error: non-zero exit, one message naming `what`, no crash output.
-void require_clean_error(const Run& r, const std::string& what) {
-  CAPTURE(r.out, r.err);
-  REQUIRE(r.code != 0);
-  REQUIRE(r.code != -1);
-  REQUIRE_THAT(r.err, Catch::Contains(what));
-  REQUIRE_THAT(r.err, !Catch::Contains("terminate called") && !Catch::Contains("Exception raised from"));
-}
 
 }  // namespace
 

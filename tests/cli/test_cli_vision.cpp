@@ -1,40 +1,15 @@
 // The `trimkv` command line with vision-language checkpoints: info, generate --image, chat.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "cli/cli_runner.h"
 #include "test_util.h"
 
 namespace {
 
-struct VRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string q(const std::string& s) {
-  std::string r = "'";
-  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return r + "'";
-}
-
+using VRun = trimkv::test::CliRun;
 VRun run(const std::vector<std::string>& args, const std::string& input = "") {
-  trimkv::test::ScratchDir dir("cli-vision");
-  trimkv::test::write_text(dir.file("in"), input);
-  std::string cmd = q(TRIMKV_CLI_PATH);
-  for (const auto& a : args) cmd += " " + q(a);
-  cmd += " 2>" + q(dir.file("err")) + " <" + q(dir.file("in"));
-  VRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = trimkv::test::read_bytes(dir.file("err"));
-  return r;
+  return trimkv::test::run_cli(args, input);
 }
 
 const std::string kVlm = trimkv::test::data_dir() + "/vlm/smolvlm";

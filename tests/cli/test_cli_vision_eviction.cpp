@@ -1,41 +1,16 @@
 // The `trimkv` command line with eviction on vision-language checkpoints: generate --image and
 // chat with --policy / --budget / --trace, eval under a budget.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 
+#include "cli/cli_runner.h"
 #include "test_util.h"
 
 namespace {
 
-struct VRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string q(const std::string& s) {
-  std::string r = "'";
-  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return r + "'";
-}
-
+using VRun = trimkv::test::CliRun;
 VRun run(const std::vector<std::string>& args, const std::string& input = "") {
-  trimkv::test::ScratchDir dir("cli-vision");
-  trimkv::test::write_text(dir.file("in"), input);
-  std::string cmd = q(TRIMKV_CLI_PATH);
-  for (const auto& a : args) cmd += " " + q(a);
-  cmd += " 2>" + q(dir.file("err")) + " <" + q(dir.file("in"));
-  VRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = trimkv::test::read_bytes(dir.file("err"));
-  return r;
+  return trimkv::test::run_cli(args, input);
 }
 
 const std::string kVlm = trimkv::test::data_dir() + "/vlm/smolvlm";
@@ -125,4 +100,42 @@ TEST_CASE("trimkv eval under a budget keeps every turn's cache within it", "[cli
            "--trace", dir.file("t.json")});
   REQUIRE(r.code == 2);
   REQUIRE_THAT(r.err, Catch::Contains("--trace"));
+}
+
+TEST_CASE("trimkv generate --image --policy visionzip shrinks the image tokens and traces the merge",
+          "[cli][vision][eviction][visionzip]") {
+  trimkv::test::ScratchDir dir("vlm-visionzip");
+  const std::string trace = dir.file("trace.json");
+  const std::vector<std::string> base = {"generate", "--model", kVlm, "--prompt", "What is this?", "--image",
+                                         image("a.png"), "--max-new-tokens", "4", "--ignore-eos", "--json"};
+  VRun full = run(base);
+  std::vector<std::string> vz = base;
+  for (const char* a : {"--policy", "visionzip", "--policy-opt", "dominant=5", "--policy-opt", "contextual=3"})
+    vz.push_back(a);
+  vz.push_back("--trace");
+  vz.push_back(trace);
+  VRun r = run(vz);
+  CAPTURE(full.err, r.err);
+  REQUIRE((full.code == 0 && r.code == 0));
+  const auto jf = nlohmann::json::parse(full.out), j = nlohmann::json::parse(r.out);
+  REQUIRE(j["policy"] == "visionzip");
+  REQUIRE(j["generated_tokens"] == 4);
+  // 5 tiles (2x2 + global) of 16 tokens each keep 5 + 3: 40 fewer positions, x 2 layers x 2 KV heads.
+  REQUIRE(j["prompt_tokens"].get<int64_t>() == jf["prompt_tokens"].get<int64_t>() - 40);
+  REQUIRE(j["kv_image_entries"].get<int64_t>() == jf["kv_image_entries"].get<int64_t>() - 40 * 4);
+  REQUIRE(j["kv_text_entries"] == jf["kv_text_entries"]);
+  REQUIRE(j["eviction_events"] == 0);
+  const auto t = trimkv::test::read_json(trace);
+  REQUIRE(t["policy"] == "visionzip");
+  REQUIRE(t["token_merges"].size() == 5);
+  REQUIRE(t["token_merges"][0]["n_in"] == 16);
+  REQUIRE(t["token_merges"][0]["n_out"] == 8);
+  // Enough dominant + contextual tokens for a whole tile: the full cache's answer.
+  std::vector<std::string> all = base;
+  for (const char* a : {"--policy", "visionzip", "--policy-opt", "dominant=16", "--policy-opt", "contextual=0"})
+    all.push_back(a);
+  VRun same = run(all);
+  REQUIRE(same.code == 0);
+  REQUIRE(nlohmann::json::parse(same.out)["tokens"] == jf["tokens"]);
+  REQUIRE(nlohmann::json::parse(same.out)["prompt_tokens"] == jf["prompt_tokens"]);
 }

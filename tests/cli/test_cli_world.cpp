@@ -1,51 +1,18 @@
 // `trimkv make-world` and `trimkv train-tokenizer` as a user runs them: files, determinism,
 // error messages naming the option.
-#include <sys/wait.h>
-
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 
+#include "cli/cli_runner.h"
 #include "test_util.h"
 #include "trimkv/core/tokenizer.h"
 
 namespace {
 
-struct WorldRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-WorldRun run_world_cli(const std::vector<std::string>& args) {
-  trimkv::test::ScratchDir dir("cli-world");
-  std::string cmd = shell_quote(TRIMKV_CLI_PATH);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
-  cmd += " 2>" + shell_quote(dir.file("err")) + " </dev/null";
-  WorldRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = trimkv::test::read_bytes(dir.file("err"));
-  return r;
-}
-
-void require_error_naming(const WorldRun& r, const std::string& what) {
-  CAPTURE(r.out, r.err);
-  REQUIRE(r.code != 0);
-  REQUIRE(r.code != -1);
-  REQUIRE_THAT(r.err, Catch::Contains(what));
-  REQUIRE_THAT(r.err, !Catch::Contains("terminate called"));
-}
+using WorldRun = trimkv::test::CliRun;
+WorldRun run_world_cli(const std::vector<std::string>& args) { return trimkv::test::run_cli(args); }
+const auto& require_error_naming = trimkv::test::require_clean_error;
 
 }  // namespace
 
