@@ -11,20 +11,11 @@ namespace trimkv {
 
 namespace {
 
-class AdaKvPolicy final : public EvictionPolicy {
+class AdaKvPolicy final : public SnapKvFamilyPolicy {
  public:
   AdaKvPolicy(int window, int kernel, std::string pooling, double floor_ratio)
-      : m_queries(window),
-        m_kernel(kernel),
-        m_pooling(std::move(pooling)),
-        m_floor_ratio(floor_ratio) {}
+      : SnapKvFamilyPolicy(window, kernel, std::move(pooling)), m_floor_ratio(floor_ratio) {}
   std::string name() const override { return "adakv"; }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.query_rows = true;
-    return n;
-  }
-  void observe_layer(const LayerObservation& obs) override { m_queries.push(obs.il, *obs.q); }
   EvictionPlan plan(const PolicyContext& ctx) override {
     const KvGeometry& g = ctx.kv->geometry();
     const StreamScores scores = entry_scores(ctx);
@@ -38,23 +29,8 @@ class AdaKvPolicy final : public EvictionPolicy {
     }
     return plan;
   }
-  StreamScores entry_scores(const PolicyContext& ctx) const override {
-    TRIMKV_CHECK(ctx.cache != nullptr, Internal, "adakv needs the cache's tensors");
-    const KvGeometry& g = ctx.kv->geometry();
-    StreamScores scores(static_cast<size_t>(g.n_streams()));
-    for (int il = 0; il < g.n_layer; ++il) {
-      auto layer = snapkv_layer_scores(*ctx.cache, il, m_queries.rows(il), m_kernel, m_pooling);
-      for (int h = 0; h < g.n_kv_head; ++h)
-        scores[static_cast<size_t>(il * g.n_kv_head + h)] =
-            std::move(layer[static_cast<size_t>(h)]);
-    }
-    return scores;
-  }
 
  private:
-  QueryWindow m_queries;
-  int m_kernel;
-  std::string m_pooling;
   double m_floor_ratio;
 };
 

@@ -31,44 +31,23 @@ std::vector<int64_t> layer_budgets(int n_layer, int64_t m, int64_t window, doubl
   return out;
 }
 
-class PyramidKvPolicy final : public EvictionPolicy {
+class PyramidKvPolicy final : public SnapKvFamilyPolicy {
  public:
   PyramidKvPolicy(int window, int kernel, std::string pooling, double beta)
-      : m_queries(window), m_kernel(kernel), m_pooling(std::move(pooling)), m_beta(beta) {}
+      : SnapKvFamilyPolicy(window, kernel, std::move(pooling)), m_beta(beta) {}
   std::string name() const override { return "pyramidkv"; }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.query_rows = true;
-    return n;
-  }
-  void observe_layer(const LayerObservation& obs) override { m_queries.push(obs.il, *obs.q); }
   EvictionPlan plan(const PolicyContext& ctx) override {
     const KvGeometry& g = ctx.kv->geometry();
     const StreamScores scores = entry_scores(ctx);
     const std::vector<int64_t> per_layer =
-        layer_budgets(g.n_layer, ctx.budget_per_head, m_queries.window(), m_beta);
+        layer_budgets(g.n_layer, ctx.budget_per_head, window(), m_beta);
     std::vector<int64_t> k(static_cast<size_t>(g.n_streams()));
     for (int s = 0; s < g.n_streams(); ++s)
       k[static_cast<size_t>(s)] = per_layer[static_cast<size_t>(s / g.n_kv_head)];
     return select_per_head_top_k(*ctx.kv, scores, k);
   }
-  StreamScores entry_scores(const PolicyContext& ctx) const override {
-    TRIMKV_CHECK(ctx.cache != nullptr, Internal, "pyramidkv needs the cache's tensors");
-    const KvGeometry& g = ctx.kv->geometry();
-    StreamScores scores(static_cast<size_t>(g.n_streams()));
-    for (int il = 0; il < g.n_layer; ++il) {
-      auto layer = snapkv_layer_scores(*ctx.cache, il, m_queries.rows(il), m_kernel, m_pooling);
-      for (int h = 0; h < g.n_kv_head; ++h)
-        scores[static_cast<size_t>(il * g.n_kv_head + h)] =
-            std::move(layer[static_cast<size_t>(h)]);
-    }
-    return scores;
-  }
 
  private:
-  QueryWindow m_queries;
-  int m_kernel;
-  std::string m_pooling;
   double m_beta;
 };
 

@@ -14,17 +14,11 @@ namespace trimkv {
 
 namespace {
 
-class SnapKvPolicy final : public EvictionPolicy {
+class SnapKvPolicy final : public SnapKvFamilyPolicy {
  public:
   SnapKvPolicy(int window, int kernel, std::string pooling)
-      : m_queries(window), m_kernel(kernel), m_pooling(std::move(pooling)) {}
+      : SnapKvFamilyPolicy(window, kernel, std::move(pooling)) {}
   std::string name() const override { return "snapkv"; }
-  PolicyNeeds needs() const override {
-    PolicyNeeds n;
-    n.query_rows = true;
-    return n;
-  }
-  void observe_layer(const LayerObservation& obs) override { m_queries.push(obs.il, *obs.q); }
   EvictionPlan plan(const PolicyContext& ctx) override {
     const StreamScores scores = entry_scores(ctx);
     return select_per_head_top_k(
@@ -32,23 +26,6 @@ class SnapKvPolicy final : public EvictionPolicy {
         std::vector<int64_t>(static_cast<size_t>(ctx.kv->geometry().n_streams()),
                              ctx.budget_per_head));
   }
-  StreamScores entry_scores(const PolicyContext& ctx) const override {
-    TRIMKV_CHECK(ctx.cache != nullptr, Internal, "snapkv needs the cache's tensors");
-    const KvGeometry& g = ctx.kv->geometry();
-    StreamScores scores(static_cast<size_t>(g.n_streams()));
-    for (int il = 0; il < g.n_layer; ++il) {
-      auto layer = snapkv_layer_scores(*ctx.cache, il, m_queries.rows(il), m_kernel, m_pooling);
-      for (int h = 0; h < g.n_kv_head; ++h)
-        scores[static_cast<size_t>(il * g.n_kv_head + h)] =
-            std::move(layer[static_cast<size_t>(h)]);
-    }
-    return scores;
-  }
-
- private:
-  QueryWindow m_queries;
-  int m_kernel;
-  std::string m_pooling;
 };
 
 std::unique_ptr<EvictionPolicy> make(const OptionReader& o, const Budget& b, const KvGeometry& g) {

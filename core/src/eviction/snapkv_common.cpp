@@ -74,4 +74,29 @@ std::vector<std::vector<float>> snapkv_layer_scores(const KvCache& cache, int il
   return out;
 }
 
+SnapKvFamilyPolicy::SnapKvFamilyPolicy(int window, int kernel, std::string pooling)
+    : m_queries(window), m_kernel(kernel), m_pooling(std::move(pooling)) {}
+
+PolicyNeeds SnapKvFamilyPolicy::needs() const {
+  PolicyNeeds n;
+  n.query_rows = true;
+  return n;
+}
+
+void SnapKvFamilyPolicy::observe_layer(const LayerObservation& obs) {
+  m_queries.push(obs.il, *obs.q);
+}
+
+StreamScores SnapKvFamilyPolicy::entry_scores(const PolicyContext& ctx) const {
+  TRIMKV_CHECK(ctx.cache != nullptr, Internal, name(), " needs the cache's tensors");
+  const KvGeometry& g = ctx.kv->geometry();
+  StreamScores scores(static_cast<size_t>(g.n_streams()));
+  for (int il = 0; il < g.n_layer; ++il) {
+    auto layer = snapkv_layer_scores(*ctx.cache, il, m_queries.rows(il), m_kernel, m_pooling);
+    for (int h = 0; h < g.n_kv_head; ++h)
+      scores[static_cast<size_t>(il * g.n_kv_head + h)] = std::move(layer[static_cast<size_t>(h)]);
+  }
+  return scores;
+}
+
 }  // namespace trimkv

@@ -2,7 +2,8 @@
 // vision-tower attention and merge the rest into a few contextual tokens. This changes the token
 // stream (the decoder never sees the merged tokens), so it is not a cache plan: the policy's plan
 // keeps everything, and visionzip_select() is what the vision pipeline calls on each image's
-// tokens; the Evictor records the result as a token-merge event of the trace.
+// tokens (Session passes it to the TurnEncoder as an ImageTokenReducer; Idefics3 calls it per
+// tile after the connector); the Session records the result as token-merge events of the trace.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -121,8 +122,10 @@ const PolicyEntry& visionzip_policy_entry() {
       {"visionzip",
        "before the decoder: keep the dominant image tokens by vision-tower attention, merge the "
        "rest into a few contextual tokens (changes the token stream; budget ignored)",
-       {int_option("dominant", "54", 0, 1 << 20, "dominant image tokens kept per image"),
-        int_option("contextual", "10", 0, 1 << 20, "contextual (merged) tokens per image")},
+       {int_option("dominant", "54", 0, 1 << 20,
+                   "dominant image tokens kept per image (per tile of a tiled image)"),
+        int_option("contextual", "10", 0, 1 << 20,
+                   "contextual (merged) tokens per image (per tile of a tiled image)")},
        false,
        false},
       make};

@@ -90,6 +90,24 @@ std::vector<std::vector<float>> snapkv_layer_scores(const KvCache& cache, int il
                                                     const at::Tensor& window_q, int kernel,
                                                     const std::string& pooling);
 
+// Base of the SnapKV family: collects the window of recent queries and scores entries with
+// snapkv_layer_scores; each member only decides how the budget is split (plan()).
+class SnapKvFamilyPolicy : public EvictionPolicy {
+ public:
+  SnapKvFamilyPolicy(int window, int kernel, std::string pooling);
+  PolicyNeeds needs() const override;
+  void observe_layer(const LayerObservation& obs) override;
+  StreamScores entry_scores(const PolicyContext& ctx) const override;
+
+ protected:
+  int window() const { return m_queries.window(); }
+
+ private:
+  QueryWindow m_queries;
+  int m_kernel;
+  std::string m_pooling;
+};
+
 // The options snapkv, adakv and pyramidkv share (window, kernel, pooling).
 std::vector<PolicyOptionInfo> snapkv_family_options();
 
