@@ -247,3 +247,67 @@ TEST_CASE("a checkpoint whose vision config contradicts its connector is refused
   test::write_text(dir.file("config.json"), cfg.dump());
   REQUIRE_THROWS_WITH(load_vlm(dir.path()), Catch::Contains("scale_factor 3"));
 }
+
+TEST_CASE("vit_block attention statistics and their pooling over the pixel-shuffle groups",
+          "[vision][tower][visionzip]") {
+  const auto& m = model("smolvlm");
+  Idefics3Config cfg = Idefics3Config::from_file(test::vlm_model("smolvlm") + "/config.json");
+  cfg.text_hidden_size = m.text.config.hidden_size;
+  const WeightStore ws = WeightStore::open_folder(test::vlm_model("smolvlm"));
+  const auto vision = Idefics3Vision::load(cfg, ws);
+  const VitConfig& v = cfg.vision;
+  const std::vector<VitLayerWeights> layers =
+      load_vit_layers(ws, "model.vision_model.encoder.layers.",
+                      {{VitTensor::ln1_w, "layer_norm1.weight"},     {VitTensor::ln1_b, "layer_norm1.bias"},
+                       {VitTensor::q_w, "self_attn.q_proj.weight"},  {VitTensor::q_b, "self_attn.q_proj.bias"},
+                       {VitTensor::k_w, "self_attn.k_proj.weight"},  {VitTensor::k_b, "self_attn.k_proj.bias"},
+                       {VitTensor::v_w, "self_attn.v_proj.weight"},  {VitTensor::v_b, "self_attn.v_proj.bias"},
+                       {VitTensor::o_w, "self_attn.out_proj.weight"}, {VitTensor::o_b, "self_attn.out_proj.bias"},
+                       {VitTensor::ln2_w, "layer_norm2.weight"},     {VitTensor::ln2_b, "layer_norm2.bias"},
+                       {VitTensor::fc1_w, "mlp.fc1.weight"},         {VitTensor::fc1_b, "mlp.fc1.bias"},
+                       {VitTensor::fc2_w, "mlp.fc2.weight"},         {VitTensor::fc2_b, "mlp.fc2.bias"}},
+                      v);
+  // vit_block: the statistics do not change the output and equal a direct computation.
+  at::manual_seed(3);
+  const int64_t n = v.patches_per_side() * v.patches_per_side(), d = v.hidden_size, nh = v.n_head,
+                hd = v.head_dim();
+  const at::Tensor x = at::randn({n, d});
+  VitAttentionStats st;
+  REQUIRE(test::max_abs_diff(vit_block(x, layers[0], v, &st), vit_block(x, layers[0], v)) == 0.0);
+  const at::Tensor h = at::layer_norm(x, {d}, layers[0].ln1_w, layers[0].ln1_b, v.layer_norm_eps);
+  const at::Tensor qkv = at::linear(h, layers[0].w_qkv, layers[0].b_qkv);
+  const at::Tensor q = qkv.narrow(1, 0, d).reshape({n, nh, hd}).permute({1, 0, 2});
+  const at::Tensor k = qkv.narrow(1, d, d).reshape({n, nh, hd}).permute({1, 0, 2});
+  const at::Tensor probs = at::softmax(at::matmul(q, k.transpose(1, 2)) / std::sqrt(double(hd)), -1);
+  REQUIRE(test::max_abs_diff(st.received, probs.sum(1).mean(0) / double(n)) < 1e-6);
+  REQUIRE(test::max_abs_diff(st.keys, k.mean(0)) < 1e-5);
+  REQUIRE(st.received.sum().item<double>() == Approx(1.0).epsilon(1e-5));
+  // encode_with_attention: the same embeddings as encode(); attention pooled over each output
+  // token's s x s patch group (mean), so a tile's pooled attention sums to 1 / s^2.
+  const at::Tensor px = at::rand({2, 3, v.image_size, v.image_size}) * 2 - 1;
+  const Idefics3Vision::Encoded e = vision->encode_with_attention(px);
+  REQUIRE(test::max_abs_diff(e.embeddings, vision->encode(px)) == 0.0);
+  const int64_t seq = cfg.image_seq_len(), s = cfg.scale_factor;
+  REQUIRE(e.attention.sizes() == at::IntArrayRef({2, seq}));
+  REQUIRE(e.keys.sizes() == at::IntArrayRef({2, seq, hd}));
+  for (int64_t t = 0; t < 2; ++t)
+    REQUIRE(e.attention[t].sum().item<double>() == Approx(1.0 / double(s * s)).epsilon(1e-5));
+  // Output token (r, c) pools patches (r*s + dh, c*s + dw) of the last layer.
+  std::vector<VitAttentionStats> last;
+  vision->tower(px, nullptr, &last);
+  REQUIRE(last.size() == 2);
+  const int64_t g = v.patches_per_side(), gs = g / s;
+  for (int64_t t = 0; t < 2; ++t)
+    for (int64_t r = 0; r < gs; ++r)
+      for (int64_t c = 0; c < gs; ++c) {
+        double a = 0;
+        at::Tensor kk = at::zeros({hd});
+        for (int64_t dh = 0; dh < s; ++dh)
+          for (int64_t dw = 0; dw < s; ++dw) {
+            a += last[t].received[(r * s + dh) * g + c * s + dw].item<double>();
+            kk += last[t].keys[(r * s + dh) * g + c * s + dw];
+          }
+        REQUIRE(e.attention[t][r * gs + c].item<double>() == Approx(a / double(s * s)).epsilon(1e-5));
+        REQUIRE(test::max_abs_diff(e.keys[t][r * gs + c], kk / double(s * s)) < 1e-5);
+      }
+}

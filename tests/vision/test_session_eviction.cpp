@@ -3,6 +3,8 @@
 // full cache, settings are checked before any work, and reset / rollback start a fresh evictor.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "trimkv/core/error.h"
 #include "trimkv/core/evictor.h"
 #include "trimkv/core/gate_file.h"
@@ -247,4 +249,131 @@ TEST_CASE("ChatEngine: a conversation under dbtrimkv with a gates file reports b
   engine->reset();
   REQUIRE(engine->state().policy == "dbtrimkv");
   REQUIRE(engine->state().eviction_events == 0);
+}
+
+namespace {
+
+EvictionSettings visionzip(int dominant, int contextual) {
+  EvictionSettings s;
+  s.policy = "visionzip";
+  s.options = {"dominant=" + std::to_string(dominant), "contextual=" + std::to_string(contextual)};
+  return s;
+}
+
+int64_t count_id(const std::vector<int32_t>& ids, int32_t id) {
+  return static_cast<int64_t>(std::count(ids.begin(), ids.end(), id));
+}
+
+}  // namespace
+
+TEST_CASE("Session: visionzip keeps dominant + contextual image tokens per tile and records the merge",
+          "[session][eviction][visionzip]") {
+  const VlmModel& m = smolvlm();
+  const int64_t streams = m.text.config.n_layer * m.text.config.n_kv_head;
+  const int32_t image_token = static_cast<int32_t>(m.info.image_token_id);
+  const int64_t seq = m.info.image_seq_len;
+  REQUIRE(seq == 16);
+  Session full(m.text, m.encoder, {});
+  Session s(m.text, m.encoder, {});
+  s.set_eviction(visionzip(5, 3), nullptr);  // 16 -> 8 tokens per tile
+  for (size_t turn = 0; turn < 2; ++turn) {
+    CAPTURE(turn);
+    const size_t full_before = full.ids().size(), before = s.ids().size();
+    full.add_user_turn(turns()[turn]);
+    s.add_user_turn(turns()[turn]);
+    const ImageRecord& rec = s.images().back();
+    const int64_t tiles = rec.n_tiles;
+    REQUIRE(tiles == 5);  // 2x2 tiles + the global image
+    REQUIRE(full.images().back().n_image_tokens == tiles * seq);
+    REQUIRE(rec.n_image_tokens == tiles * 8);
+    // The stream shrank by 8 per tile; the <image> run of every tile holds 8 ids.
+    const std::vector<int32_t> new_full(full.ids().begin() + full_before, full.ids().end());
+    const std::vector<int32_t> new_vz(s.ids().begin() + before, s.ids().end());
+    REQUIRE(new_vz.size() == new_full.size() - tiles * 8);
+    REQUIRE(count_id(new_full, image_token) == tiles * seq);
+    REQUIRE(count_id(new_vz, image_token) == tiles * 8);
+    // Everything but the image tokens is unchanged.
+    std::vector<int32_t> a, b;
+    for (int32_t id : new_full) if (id != image_token) a.push_back(id);
+    for (int32_t id : new_vz) if (id != image_token) b.push_back(id);
+    REQUIRE(a == b);
+    // One merge event per tile of this image, pointing at the tile's run in the stream.
+    const Trace& tr = s.evictor()->trace();
+    REQUIRE(static_cast<int64_t>(tr.token_merges.size()) == tiles * static_cast<int64_t>(turn + 1));
+    for (int64_t k = 0; k < tiles; ++k) {
+      const TokenMerge& tm = tr.token_merges[static_cast<size_t>(turn * tiles + k)];
+      REQUIRE(tm.image_id == static_cast<int32_t>(turn));
+      REQUIRE(tm.n_in == seq);
+      REQUIRE(tm.n_out == 8);
+      REQUIRE(tm.dominant.size() == 5);
+      REQUIRE(tm.assignment.size() == static_cast<size_t>(seq));
+      REQUIRE(std::count(tm.assignment.begin(), tm.assignment.end(), -1) == 5);
+      REQUIRE(static_cast<size_t>(tm.first_token) >= before);
+      for (int32_t q = 0; q < 8; ++q) REQUIRE(s.ids()[static_cast<size_t>(tm.first_token + q)] == image_token);
+      REQUIRE(s.ids()[static_cast<size_t>(tm.first_token - 1)] != image_token);
+      REQUIRE(s.ids()[static_cast<size_t>(tm.first_token + 8)] != image_token);
+    }
+    // Per-modality counts: the image entries dropped by 8 per tile (nothing else changed).
+    const ModalityCounts cf = count_entries_by_modality(full.cache().bookkeeping());
+    const ModalityCounts cv = count_entries_by_modality(s.cache().bookkeeping());
+    REQUIRE(cv.image == cf.image - static_cast<int64_t>(turn + 1) * tiles * 8 * streams);
+    REQUIRE(cv.text == cf.text);
+    REQUIRE(cv.special == cf.special);
+    // Generation runs; the cache holds exactly the (shorter) stream: visionzip evicts nothing.
+    const GenerationResult r = s.generate(params());
+    full.generate(params());
+    REQUIRE(r.tokens.size() == 6);
+    REQUIRE(r.kv_entries == static_cast<int64_t>(s.ids().size()) * streams);
+    REQUIRE(r.eviction_events == 0);
+    REQUIRE(r.kv_image_entries == cv.image);
+    REQUIRE(r.trace);
+    REQUIRE(r.trace->token_merges.size() == tr.token_merges.size());
+    REQUIRE(trace_from_json(trace_to_json(*r.trace)) == *r.trace);
+  }
+  // reset(): a fresh evictor and trace; the merges of the new turn are recorded again.
+  s.reset();
+  REQUIRE(s.evictor()->trace().token_merges.empty());
+  s.add_user_turn(turns()[0]);
+  REQUIRE(s.evictor()->trace().token_merges.size() == 5);
+}
+
+TEST_CASE("Session: visionzip with dominant + contextual >= tokens per tile equals the full cache",
+          "[session][eviction][visionzip]") {
+  const VlmModel& m = smolvlm();
+  Session full(m.text, m.encoder, {});
+  const std::vector<int32_t> want = converse(full, -1);
+  for (const auto& dc : std::vector<std::pair<int, int>>{{16, 0}, {10, 6}, {4, 40}}) {
+    CAPTURE(dc.first, dc.second);
+    Session s(m.text, m.encoder, {});
+    s.set_eviction(visionzip(dc.first, dc.second), nullptr);
+    REQUIRE(converse(s, -1) == want);
+    REQUIRE(s.ids() == full.ids());
+    REQUIRE(s.evictor()->trace().token_merges.empty());
+    REQUIRE(s.evictor()->n_events() == 0);
+  }
+}
+
+TEST_CASE("Session: a rollback under visionzip keeps the earlier turns' merges in the fresh trace",
+          "[session][eviction][visionzip][errors]") {
+  const VlmModel& m = smolvlm();
+  std::atomic<bool> cancel{false};
+  auto enc = std::make_shared<CancelAfterEncoding>(m.encoder, &cancel);
+  SessionOptions o;
+  o.prefill_chunk = 8;  // many chunks: the cancel lands mid-prefill (the cache is rebuilt)
+  Session s(m.text, enc, o);
+  s.set_eviction(visionzip(2, 2), nullptr);
+  s.add_user_turn(turns()[0]);
+  s.generate(params());
+  const std::vector<TokenMerge> merges = s.evictor()->trace().token_merges;
+  REQUIRE(merges.size() == 5);
+  const std::vector<int32_t> ids = s.ids();
+  enc->m_armed = true;
+  REQUIRE_THROWS_WITH(s.add_user_turn(turns()[1], &cancel), Catch::Contains("cancelled"));
+  REQUIRE(s.ids() == ids);
+  REQUIRE(s.cache().bookkeeping().n_tokens() == static_cast<int32_t>(ids.size()));
+  REQUIRE((s.evictor()->trace().token_merges == merges));
+  enc->m_armed = false;
+  cancel = false;
+  s.add_user_turn(turns()[1]);
+  REQUIRE(s.evictor()->trace().token_merges.size() == 10);
 }
