@@ -1,0 +1,66 @@
+#include "trimkv/core/engine_support.h"
+
+#include <ATen/Parallel.h>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/gate_file.h"
+
+namespace trimkv {
+
+void apply_engine_options(const EngineOptions& options) {
+  TRIMKV_CHECK(options.threads >= 0, Input, "threads must be >= 0, got ", options.threads);
+  TRIMKV_CHECK(options.prefill_chunk > 0, Input, "prefill chunk must be > 0, got ", options.prefill_chunk);
+  TRIMKV_CHECK(options.block_size > 0, Input, "block size must be > 0, got ", options.block_size);
+  if (options.threads > 0) at::set_num_threads(options.threads);
+}
+
+LoadedGates load_engine_gates(const EngineOptions& options, const std::string& checkpoint_dir,
+                              const TextModel& model) {
+  LoadedGates out;
+  out.path = options.gates == "none" ? ""
+             : options.gates.empty() ? find_gates_file(checkpoint_dir)
+                                     : options.gates;
+  if (!out.path.empty()) {
+    auto gates = std::make_shared<RetentionGates>(load_gates(out.path));
+    check_gates_fit(*gates, model.config, out.path, model.dir);
+    out.gates = std::move(gates);
+  }
+  return out;
+}
+
+ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
+  const TextConfig& c = m.config;
+  ModelInfo i;
+  i.dir = m.dir;
+  i.architecture = c.architecture;
+  i.model_type = c.model_type;
+  i.family = m.family->name;
+  i.family_description = m.family->description;
+  i.weight_dtype = dtype_name(m.weight_dtype);
+  i.weight_bytes = static_cast<int64_t>(m.weight_bytes);
+  i.parameters = m.decoder->parameter_count();
+  i.n_layer = c.n_layer;
+  i.hidden_size = c.hidden_size;
+  i.intermediate_size = c.intermediate_size;
+  i.n_head = c.n_head;
+  i.n_kv_head = c.n_kv_head;
+  i.head_dim = c.head_dim;
+  i.vocab_size = c.vocab_size;
+  i.max_position_embeddings = c.max_position_embeddings;
+  i.tie_word_embeddings = c.tie_word_embeddings;
+  i.rope_type = c.rope.type;
+  i.rope_theta = c.rope.theta;
+  i.has_tokenizer = m.tokenizer != nullptr;
+  i.tokenizer_vocab_size = m.tokenizer ? m.tokenizer->vocab_size() : 0;
+  i.eos_token_ids = c.eos_token_ids;
+  i.kv_bytes_per_token = c.n_layer * c.n_kv_head * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+  if (gates.gates) {
+    i.gates_file = gates.path;
+    i.gates_kind = gate_kind_name(gates.gates->config().kind);
+    i.gates_parameters = gates.gates->parameter_count();
+    i.gates_train_budget = gates.gates->config().train_budget;
+  }
+  return i;
+}
+
+}  // namespace trimkv
