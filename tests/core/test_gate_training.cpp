@@ -2,6 +2,7 @@
 // finite differences, the trainer (only gates change, the loss and S^g drop, resume is exact)
 // and the dataset's handling of bad lines. Oracle: tests/oracle/gate_fixtures.py.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <catch2/catch.hpp>
 #include <random>

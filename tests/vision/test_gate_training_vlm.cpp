@@ -3,6 +3,7 @@
 // end-of-turn token, teacher logits equal to the Session's and transformers', a few training
 // steps with frozen tower / connector / decoder, and bad image lines skipped with a warning.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
