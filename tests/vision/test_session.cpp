@@ -125,32 +125,7 @@ TEST_CASE("Session: a bad image or cancel leaves the conversation as it was", "[
   REQUIRE(test::max_abs_diff(s.pending_logits(), want[want.size(0) - 1]) < kTol);
 }
 
-// Delegates to the real encoder and raises `flag` once the turn is encoded: the cancel then lands
-// between prefill chunks (the runner polls after each chunk).
-class CancelAfterEncoding : public TurnEncoder {
- public:
-  CancelAfterEncoding(std::shared_ptr<const TurnEncoder> inner, std::atomic<bool>* flag)
-      : m_inner(std::move(inner)), m_flag(flag) {}
-  StreamSegment user_turn(const std::vector<ContentPart>& content, bool first, int first_image_id,
-                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
-                          const ImageTokenReducer& reduce) const override {
-    StreamSegment s = m_inner->user_turn(content, first, first_image_id, images, cancel, reduce);
-    if (m_armed) m_flag->store(true);
-    return s;
-  }
-  StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
-                           std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
-                           const ImageTokenReducer& reduce) const override {
-    return m_inner->raw_prompt(content, first_image_id, images, cancel, reduce);
-  }
-  std::vector<int32_t> assistant_turn(const std::string& text) const override { return m_inner->assistant_turn(text); }
-  std::vector<int32_t> close_assistant_turn() const override { return m_inner->close_assistant_turn(); }
-  bool m_armed = false;
-
- private:
-  std::shared_ptr<const TurnEncoder> m_inner;
-  std::atomic<bool>* m_flag;
-};
+using trimkv::test::CancelAfterEncoding;
 
 TEST_CASE("Session: a prefill cancelled between chunks is rolled back", "[session][errors]") {
   Conversation c;

@@ -131,31 +131,7 @@ TEST_CASE("Session: a budget >= the context gives exactly the full cache's answe
   }
 }
 
-// Sets the cancel flag once the turn is encoded, so the cancel lands mid-prefill (rollback).
-class CancelAfterEncoding : public TurnEncoder {
- public:
-  CancelAfterEncoding(std::shared_ptr<const TurnEncoder> inner, std::atomic<bool>* flag)
-      : m_inner(std::move(inner)), m_flag(flag) {}
-  StreamSegment user_turn(const std::vector<ContentPart>& content, bool first, int first_image_id,
-                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
-                          const ImageTokenReducer& reduce) const override {
-    StreamSegment s = m_inner->user_turn(content, first, first_image_id, images, cancel, reduce);
-    if (m_armed) m_flag->store(true);
-    return s;
-  }
-  StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
-                           std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
-                           const ImageTokenReducer& reduce) const override {
-    return m_inner->raw_prompt(content, first_image_id, images, cancel, reduce);
-  }
-  std::vector<int32_t> assistant_turn(const std::string& text) const override { return m_inner->assistant_turn(text); }
-  std::vector<int32_t> close_assistant_turn() const override { return m_inner->close_assistant_turn(); }
-  bool m_armed = false;
-
- private:
-  std::shared_ptr<const TurnEncoder> m_inner;
-  std::atomic<bool>* m_flag;
-};
+using trimkv::test::CancelAfterEncoding;
 
 TEST_CASE("Session: a rollback under eviction replays the kept segments through a fresh evictor",
           "[session][eviction][errors]") {

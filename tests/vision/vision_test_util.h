@@ -2,7 +2,11 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <memory>
+
 #include "test_util.h"
+#include "trimkv/core/session.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/vision/image.h"
 
@@ -36,5 +40,32 @@ inline double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
 inline double mean_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kFloat) - b.to(at::kFloat)).abs().mean().item<double>();
 }
+
+// Delegates to the real encoder and raises `flag` once the turn is encoded: the cancel then lands
+// between prefill chunks (the runner polls after each chunk).
+class CancelAfterEncoding : public trimkv::TurnEncoder {
+ public:
+  CancelAfterEncoding(std::shared_ptr<const TurnEncoder> inner, std::atomic<bool>* flag)
+      : m_inner(std::move(inner)), m_flag(flag) {}
+  trimkv::StreamSegment user_turn(const std::vector<trimkv::ContentPart>& content, bool first, int first_image_id,
+                          std::vector<trimkv::ImageRecord>& images, const std::atomic<bool>* cancel,
+                          const trimkv::ImageTokenReducer& reduce) const override {
+    trimkv::StreamSegment s = m_inner->user_turn(content, first, first_image_id, images, cancel, reduce);
+    if (m_armed) m_flag->store(true);
+    return s;
+  }
+  trimkv::StreamSegment raw_prompt(const std::vector<trimkv::ContentPart>& content, int first_image_id,
+                           std::vector<trimkv::ImageRecord>& images, const std::atomic<bool>* cancel,
+                           const trimkv::ImageTokenReducer& reduce) const override {
+    return m_inner->raw_prompt(content, first_image_id, images, cancel, reduce);
+  }
+  std::vector<int32_t> assistant_turn(const std::string& text) const override { return m_inner->assistant_turn(text); }
+  std::vector<int32_t> close_assistant_turn() const override { return m_inner->close_assistant_turn(); }
+  bool m_armed = false;
+
+ private:
+  std::shared_ptr<const TurnEncoder> m_inner;
+  std::atomic<bool>* m_flag;
+};
 
 }  // namespace trimkv::test
