@@ -1,12 +1,16 @@
 // `trimkv eval`: replays world conversations through a vision-language model and scores the
-// answers (exact match), with breakdowns by question type and by how far back the needed image is.
+// answers (exact match), with breakdowns by question type, by number of images and by how far back
+// the needed image is, plus the KV cache held and the time taken.
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "args.h"
 #include "commands.h"
+#include "eval_runner.h"
 #include "policy_options.h"
 #include "trimkv/core/error.h"
 #include "trimkv/vision/chat_engine.h"
@@ -20,7 +24,9 @@ int cmd_eval(int argc, char** argv, int first) {
       {"model", "DIR", "vision-language checkpoint folder"},
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"limit", "N", "evaluate the first N conversations only"},
+      {"history", "gold|model", "answers kept in the conversation: the expected ones (default) or the model's"},
       {"max-new-tokens", "N", "answer length limit in tokens (default 8)"},
+      {"json", "", "print the summary as one JSON object on stdout"},
       {"out", "FILE", "write the summary as JSON"},
       {"records", "FILE", "write one JSON line per turn (expected, generated, correct, ...)"},
       {"threads", "N", "CPU threads (default: the library's)"},
@@ -32,8 +38,10 @@ int cmd_eval(int argc, char** argv, int first) {
   Args args("eval", specs, argc, argv, first);
   if (args.flag("help")) {
     std::cout << Args::usage("eval",
-                             "Replay world conversations turn by turn (each answer generated greedily and kept in "
-                             "the conversation) and report exact-match accuracy.",
+                             "Replay world conversations turn by turn (each answer generated greedily; the gold "
+                             "answer, or with --history model the generated one, is kept in the conversation) and "
+                             "report exact-match accuracy. A conversation that cannot be evaluated (a missing "
+                             "image, a bad line) is named on stderr and counted; the others go on.",
                              specs)
               << policy_help();
     return 0;
@@ -42,10 +50,16 @@ int cmd_eval(int argc, char** argv, int first) {
   const std::string data = args.require("data");
   const int limit = args.get_int("limit", -1);
   if (args.has("limit") && limit <= 0) throw UsageError("option '--limit' must be positive, got " + std::to_string(limit));
-  GenerationParams params;
-  params.max_new_tokens = args.get_int("max-new-tokens", 8);
-  if (params.max_new_tokens <= 0)
-    throw UsageError("option '--max-new-tokens' must be positive, got " + std::to_string(params.max_new_tokens));
+  const std::string history = args.has("history") ? args.get("history") : std::string("gold");
+  if (history != "gold" && history != "model")
+    throw UsageError("option '--history' must be 'gold' or 'model', got '" + history + "'");
+  EvalRunOptions run;
+  run.data = data;
+  run.gold_history = history == "gold";
+  run.progress = !args.flag("quiet");
+  run.params.max_new_tokens = args.get_int("max-new-tokens", 8);
+  if (run.params.max_new_tokens <= 0)
+    throw UsageError("option '--max-new-tokens' must be positive, got " + std::to_string(run.params.max_new_tokens));
   const EvictionSettings eviction = parse_policy_settings(args);  // before the model load
   if (args.has("trace") || args.has("trace-csv"))
     throw UsageError("eval runs many conversations: --trace / --trace-csv are for generate and chat");
@@ -53,62 +67,58 @@ int cmd_eval(int argc, char** argv, int first) {
   options.threads = args.get_int("threads", 0);
   options.gates = args.get("gates");
 
-  const std::vector<w::WorldRecord> conversations = w::read_world_jsonl(data, limit);
-  TRIMKV_CHECK(!conversations.empty(), Input, "--data ", data, ": no conversations");
+  std::vector<std::string> read_failures;
+  const std::vector<w::WorldRecord> conversations = w::read_world_jsonl(data, limit, &read_failures);
+  TRIMKV_CHECK(!conversations.empty() || !read_failures.empty(), Input, "--data ", data, ": no conversations");
   std::ofstream records_out;
   if (args.has("records")) {
     records_out.open(args.get("records"), std::ios::binary | std::ios::trunc);
     TRIMKV_CHECK(records_out.good(), Io, "--records ", args.get("records"), ": cannot open for writing");
+    run.records_out = &records_out;
   }
   auto engine = vision::ChatEngine::load(model, options);
   const bool evict = eviction_requested(args);
   if (evict) engine->set_eviction(eviction);  // checked against the model before any turn
-  int64_t eviction_events = 0;
 
-  std::vector<w::EvalRecord> records;
-  for (size_t c = 0; c < conversations.size(); ++c) {
-    const w::WorldRecord& conv = conversations[c];
-    engine->reset();
-    for (size_t t = 0; t < conv.turns.size(); ++t) {
-      const w::WorldTurn& turn = conv.turns[t];
-      engine->add_user_turn(turn.text, turn.images);
-      const GenerationResult result = engine->respond(params);
-      w::EvalRecord r;
-      r.id = conv.id;
-      r.turn = static_cast<int>(t);
-      r.type = turn.type;
-      r.expected = turn.answer;
-      r.generated = result.text;
-      r.correct = w::answer_correct(turn.answer, result.text);
-      r.images_since = turn.images_since;
-      r.turns_since = turn.turns_since;
-      r.kv_entries = engine->state().kv_entries;
-      if (records_out.is_open()) records_out << w::record_json(r) << '\n';
-      records.push_back(std::move(r));
-    }
-    eviction_events += engine->state().eviction_events;
-    if (!args.flag("quiet"))
-      std::cerr << "\reval: " << c + 1 << "/" << conversations.size() << " conversations" << std::flush;
-  }
-  if (!args.flag("quiet")) std::cerr << "\n";
+  const EvalRunResult result = run_world_eval(*engine, conversations, read_failures, run);
+  const w::EvalSummary& summary = result.summary;
+  for (const std::string& f : result.failures) std::cerr << "trimkv eval: failed: " << f << "\n";
+  TRIMKV_CHECK(!result.records.empty(), Input, "--data ", data, ": no conversation could be evaluated (",
+               result.failures.size(), " failures)");
 
-  const w::EvalSummary summary = w::summarize(records);
+  const vision::ConversationState st = engine->state();
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(w::summary_json(summary));
+  j["conversations"] = static_cast<int64_t>(conversations.size() + read_failures.size()) - summary.failures;
+  j["history"] = history;
+  j["policy"] = st.policy;
+  j["budget"] = st.budget_global;
+  j["eviction_events"] = result.eviction_events;
   if (args.has("out")) {
     std::ofstream out(args.get("out"), std::ios::binary | std::ios::trunc);
     TRIMKV_CHECK(out.good(), Io, "--out ", args.get("out"), ": cannot open for writing");
-    out << w::summary_json(summary) << '\n';
+    out << j.dump(2) << '\n';
+  }
+  if (args.flag("json")) {
+    std::cout << j.dump() << '\n';
+    return 0;
   }
   std::cout << std::fixed << std::setprecision(3) << "accuracy " << summary.all.accuracy() << " ("
-            << summary.all.correct << "/" << summary.all.n << " turns, " << conversations.size()
-            << " conversations)\n";
-  if (evict) {
-    const vision::ConversationState st = engine->state();
+            << summary.all.correct << "/" << summary.all.n << " turns, " << j["conversations"].get<int64_t>()
+            << " conversations, " << summary.failures << " failed; history " << history << ")\n";
+  if (evict)
     std::cout << "policy " << st.policy << ", budget "
               << (st.budget_global < 0 ? std::string("unlimited") : std::to_string(st.budget_global))
-              << " entries, " << eviction_events << " eviction events\n";
-  }
+              << " entries, " << result.eviction_events << " eviction events\n";
+  std::cout << std::setprecision(1) << "KV entries: mean " << summary.mean_kv_entries << ", peak "
+            << summary.max_kv_entries << "; KV bytes: mean " << summary.mean_kv_bytes << ", peak "
+            << summary.max_kv_bytes << "; time " << std::setprecision(2) << summary.seconds << " s\n"
+            << std::setprecision(3);
+  std::cout << "by question type:\n";
   for (const auto& [type, tally] : summary.by_type)
     std::cout << "  " << std::left << std::setw(28) << type << tally.accuracy() << "  (" << tally.n << ")\n";
+  std::cout << "by number of images:\n";
+  for (const auto& [k, tally] : summary.by_n_images)
+    std::cout << "  " << k << "  " << tally.accuracy() << "  (" << tally.n << ")\n";
   std::cout << "by images since the needed one:\n";
   for (const auto& [k, tally] : summary.by_images_since)
     std::cout << "  " << k << "  " << tally.accuracy() << "  (" << tally.n << ")\n";

@@ -22,6 +22,7 @@ const char* kUsage =
     "  make-world   write a split of the synthetic visual world (JSONL + PNG images)\n"
     "  train-tokenizer  train a byte-level BPE tokenizer.json on world text\n"
     "  eval         score a vision-language model on world conversations\n"
+    "  eval-sweep   eval for every eviction policy x KV budget (CSV + Markdown table)\n"
     "\n"
     "Run 'trimkv <command> --help' for the options of a command.\n";
 
@@ -44,6 +45,7 @@ int main(int argc, char** argv) {
     if (command == "make-world") return cmd_make_world(argc, argv, 2);
     if (command == "train-tokenizer") return cmd_train_tokenizer(argc, argv, 2);
     if (command == "eval") return cmd_eval(argc, argv, 2);
+    if (command == "eval-sweep") return cmd_eval_sweep(argc, argv, 2);
     std::cerr << "trimkv: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const UsageError& e) {

@@ -3,6 +3,10 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/cli_runner.h"
 #include "test_util.h"
@@ -93,4 +97,99 @@ TEST_CASE("trimkv eval replays world conversations through a VLM and scores ever
                        "--limit");
   require_error_naming(run_world_cli({"eval", "--model", model, "--data", dir.file("missing.jsonl")}),
                        "missing.jsonl");
+}
+
+TEST_CASE("trimkv eval: gold vs model history, --json keys, failures counted", "[cli][world][eval]") {
+  trimkv::test::ScratchDir dir("eval-hist");
+  REQUIRE(run_world_cli({"make-world", "--out", dir.path(), "--n", "3", "--seed", "3", "--split", "test",
+                         "--max-images", "3", "--max-turns", "3", "--quiet"})
+              .code == 0);
+  const std::string model = trimkv::test::data_dir() + "/vlm/smolvlm";  // tiny random weights
+  const std::string data = dir.file("test.jsonl");
+  const WorldRun gold = run_world_cli({"eval", "--model", model, "--data", data, "--quiet", "--json", "--records",
+                                       dir.file("gold.jsonl")});
+  CAPTURE(gold.out, gold.err);
+  REQUIRE(gold.code == 0);
+  const auto j = nlohmann::json::parse(gold.out);
+  for (const char* key : {"accuracy", "by_type", "n", "kv_peak_entries", "kv_mean_entries", "kv_peak_bytes",
+                          "by_n_images", "failures", "seconds"})
+    CHECK(j.contains(key));
+  CHECK(j.at("history") == "gold");
+  CHECK(j.at("failures") == 0);
+  CHECK(j.at("kv_peak_entries").get<int64_t>() > 0);
+  const WorldRun own = run_world_cli({"eval", "--model", model, "--data", data, "--quiet", "--history", "model",
+                                      "--json", "--records", dir.file("model.jsonl")});
+  CAPTURE(own.out, own.err);
+  REQUIRE(own.code == 0);
+  CHECK(nlohmann::json::parse(own.out).at("n") == j.at("n"));
+  // The random model answers wrong, so the kept answers (and with them the cache) differ.
+  auto lines = [](const std::string& path) {
+    std::vector<nlohmann::json> out;
+    std::istringstream in(trimkv::test::read_bytes(path));
+    for (std::string l; std::getline(in, l);) out.push_back(nlohmann::json::parse(l));
+    return out;
+  };
+  const auto g = lines(dir.file("gold.jsonl")), m = lines(dir.file("model.jsonl"));
+  REQUIRE(g.size() == m.size());
+  REQUIRE(!g.empty());
+  CHECK(g[0].at("generated") == m[0].at("generated"));  // same first prompt
+  bool differs = false;
+  for (size_t i = 0; i < g.size(); ++i) differs |= g[i].at("kv_entries") != m[i].at("kv_entries");
+  CHECK(differs);
+  CHECK(g[0].at("correct") == false);
+
+  // A missing image and a turn with more placeholders than images: named, counted, the rest go on.
+  std::filesystem::remove(dir.file("images/test/000001_1.png"));
+  {
+    std::ofstream f(data, std::ios::app);
+    f << "{\"id\":\"bad\",\"images\":[\"images/test/000000_1.png\"],\"turns\":[{\"text\":\"<image><image>Hi?\","
+         "\"answer\":\"no\"}]}\n";
+  }
+  const WorldRun r = run_world_cli({"eval", "--model", model, "--data", data, "--quiet", "--json"});
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  const auto k = nlohmann::json::parse(r.out);
+  CHECK(k.at("failures") == 2);
+  CHECK(k.at("n").get<int64_t>() > 0);
+  CHECK(k.at("n").get<int64_t>() < j.at("n").get<int64_t>());
+  CHECK_THAT(r.err, Catch::Contains("000001_1.png") && Catch::Contains("test.jsonl:2"));
+  CHECK_THAT(r.err, Catch::Contains("test.jsonl:4") && Catch::Contains("placeholders"));
+  require_error_naming(run_world_cli({"eval", "--model", model, "--data", data, "--history", "mine"}), "--history");
+}
+
+TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[cli][world][eval]") {
+  trimkv::test::ScratchDir dir("eval-sweep");
+  REQUIRE(run_world_cli({"make-world", "--out", dir.path(), "--n", "2", "--seed", "5", "--split", "test",
+                         "--max-images", "2", "--max-turns", "2", "--quiet"})
+              .code == 0);
+  const std::string model = trimkv::test::data_dir() + "/vlm/smolvlm";
+  const std::vector<std::string> args = {"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"),
+                                         "--policies", "streamingllm,h2o", "--budgets", "0.5,64", "--out",
+                                         dir.file("sweep"), "--max-new-tokens", "4"};
+  const WorldRun r = run_world_cli(args);
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("5 computed now"));
+  const std::string csv = trimkv::test::read_bytes(dir.file("sweep/sweep.csv"));
+  const std::string md = trimkv::test::read_bytes(dir.file("sweep/sweep.md"));
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 6);  // header, full cache, 2 x 2 cells
+  for (const char* cell : {"streamingllm,0.5,", "streamingllm,64,64,", "h2o,0.5,", "h2o,64,64,", "full,full,0,"})
+    CHECK_THAT(csv, Catch::Contains(cell));
+  CHECK(std::count(md.begin(), md.end(), '\n') == 7);  // header, rule, 5 rows
+  CHECK_THAT(md, Catch::Contains("| h2o | 0.5 |"));
+  CHECK(std::filesystem::file_size(dir.file("sweep/sweep.png")) > 1000);
+  CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep.png")).substr(1, 3) == "PNG");
+
+  const WorldRun again = run_world_cli(args);  // resumes: nothing left to compute
+  CAPTURE(again.out, again.err);
+  REQUIRE(again.code == 0);
+  CHECK_THAT(again.out, Catch::Contains("0 computed now"));
+  CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep.csv")) == csv);
+
+  require_error_naming(run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
+                                      "nope", "--budgets", "0.5"}),
+                       "--policies");
+  require_error_naming(run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
+                                      "h2o", "--budgets", "1.5"}),
+                       "--budgets");
 }

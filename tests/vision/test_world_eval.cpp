@@ -66,6 +66,24 @@ TEST_CASE("world eval: malformed files fail naming the line", "[world][eval]") {
   trimkv::test::write_text(dir.file("c.jsonl"), "{\"id\": 3}\n");
   CHECK_THROWS_WITH(w::read_world_jsonl(dir.file("c.jsonl")), Catch::Contains("c.jsonl:1"));
   CHECK_THROWS_AS(w::read_world_jsonl(dir.file("missing.jsonl")), trimkv::Error);
+
+  // Tolerant reading: the bad lines are named and skipped, the good ones kept (with their line).
+  trimkv::test::write_text(dir.file("mixed.jsonl"),
+                           "{\"id\":\"x\",\"images\":[\"a.png\"],\"turns\":[{\"text\":\"Hi?\",\"answer\":\"no\"}]}\n"
+                           "{\"id\":\"ok\",\"images\":[\"a.png\"],\"turns\":[{\"text\":\"<image>Hi?\",\"answer\":\"no\"}]}\n"
+                           "\n{\"id\": 3}\n");
+  std::vector<std::string> errors;
+  const auto kept = w::read_world_jsonl(dir.file("mixed.jsonl"), -1, &errors);
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].id == "ok");
+  CHECK(kept[0].line == 2);
+  REQUIRE(errors.size() == 2);
+  CHECK_THAT(errors[0], Catch::Contains("mixed.jsonl:1") && Catch::Contains("placeholders"));
+  CHECK_THAT(errors[1], Catch::Contains("mixed.jsonl:4"));
+  errors.clear();
+  CHECK(w::read_world_jsonl(dir.file("mixed.jsonl"), 1, &errors).empty());  // the limit counts lines read
+  CHECK(errors.size() == 1);
+  CHECK_THROWS_AS(w::read_world_jsonl(dir.file("missing.jsonl"), -1, &errors), trimkv::Error);
 }
 
 TEST_CASE("world eval: answers match exactly after normalisation", "[world][eval]") {
@@ -99,6 +117,11 @@ TEST_CASE("world eval: summaries count by type and distance", "[world][eval]") {
   CHECK(j.at("accuracy").get<double>() == Approx(0.75));
   CHECK(j.at("by_type").at("exists").at("n") == 1);
   CHECK(j.at("by_images_since").at("0").at("correct") == 2);
+  CHECK(j.at("kv_peak_entries") == 300);
+  CHECK(j.at("kv_mean_entries").get<double>() == Approx(200));
+  CHECK(j.at("n") == 4);
+  CHECK(j.contains("by_n_images"));
+  CHECK(j.contains("failures"));
   const auto line = nlohmann::json::parse(w::record_json(records[1]));
   CHECK(line.at("generated") == "2");
   CHECK(line.at("correct") == false);

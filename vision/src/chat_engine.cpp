@@ -106,6 +106,11 @@ GenerationResult ChatEngine::respond(const GenerationParams& params, const TextC
 
 void ChatEngine::add_assistant_text(const std::string& text) { m_impl->session->add_assistant_text(text); }
 
+GenerationResult ChatEngine::respond_then_give(const std::string& given, const GenerationParams& params,
+                                               const TextCallback& on_text, const std::atomic<bool>* cancel) {
+  return m_impl->session->generate_then_give(given, params, on_text, cancel);
+}
+
 void ChatEngine::reset() { m_impl->session->reset(); }
 
 void ChatEngine::set_eviction(const EvictionSettings& eviction) {

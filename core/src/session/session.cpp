@@ -213,6 +213,35 @@ void Session::add_assistant_text(const std::string& text) {
   ++m_turn;
 }
 
+GenerationResult Session::generate_then_give(const std::string& given, const GenerationParams& params,
+                                             const TextCallback& on_text, const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
+  const size_t mark = m_ids.size();
+  GenerationResult r;
+  try {
+    r = trimkv::generate(*m_runner, m_pending, params, on_text, cancel);
+  } catch (...) {
+    if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
+    throw;
+  }
+  if (m_evictor) {
+    r.eviction_events = m_evictor->n_events();
+    r.peak_kv_entries = std::max(r.peak_kv_entries, m_evictor->peak_entries());
+  }
+  r.peak_kv_entries = std::max(r.peak_kv_entries, m_cache.bookkeeping().total_entries());
+  if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();  // drop the generated tokens
+  add_assistant_text(given);
+  const KvBookkeeping& kv = m_cache.bookkeeping();
+  r.kv_entries = kv.total_entries();
+  r.kv_bytes = m_cache.bytes_held();
+  const ModalityCounts counts = count_entries_by_modality(kv);
+  r.kv_text_entries = counts.text;
+  r.kv_image_entries = counts.image;
+  r.peak_kv_entries = std::max(r.peak_kv_entries, r.kv_entries);
+  if (m_evictor) r.trace = std::make_shared<const Trace>(m_evictor->trace());
+  return r;
+}
+
 void Session::reset() {
   m_stored.clear();
   m_ids.clear();

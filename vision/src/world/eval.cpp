@@ -12,20 +12,23 @@
 
 namespace trimkv::vision::world {
 
-std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit) {
+std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit, std::vector<std::string>* errors) {
   std::ifstream in(path, std::ios::binary);
   TRIMKV_CHECK(in.good(), Io, path, ": cannot open file");
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();
   std::vector<WorldRecord> records;
   std::string line;
-  for (int64_t line_no = 1; (limit < 0 || static_cast<int64_t>(records.size()) < limit) && std::getline(in, line);
-       ++line_no) {
+  int64_t n_read = 0;
+  for (int64_t line_no = 1; (limit < 0 || n_read < limit) && std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    ++n_read;
     auto where = [&] { return path + ":" + std::to_string(line_no); };
     nlohmann::json j;
     try {
+     try {
       j = nlohmann::json::parse(line);
       WorldRecord rec;
+      rec.line = static_cast<int>(line_no);
       rec.id = j.at("id").get<std::string>();
       const auto images = j.at("images").get<std::vector<std::string>>();
       rec.n_images = static_cast<int>(images.size());
@@ -61,8 +64,12 @@ std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit
       TRIMKV_CHECK(n_shown == rec.n_images, Format, where(), ": ", rec.n_images, " images but ", n_shown,
                    " <image> placeholders");
       records.push_back(std::move(rec));
-    } catch (const nlohmann::json::exception& e) {
+     } catch (const nlohmann::json::exception& e) {
       TRIMKV_FAIL(Format, where(), ": not a world conversation: ", e.what());
+     }
+    } catch (const Error& e) {
+      if (!errors) throw;
+      errors->push_back(e.what());
     }
   }
   TRIMKV_CHECK(!in.bad(), Io, path, ": read error");
@@ -92,16 +99,21 @@ bool answer_correct(std::string_view expected, std::string_view generated) {
 
 EvalSummary summarize(const std::vector<EvalRecord>& records) {
   EvalSummary s;
-  double kv_sum = 0;
+  double kv_sum = 0, bytes_sum = 0;
   for (const EvalRecord& r : records) {
     s.all.add(r.correct);
     s.by_type[r.type].add(r.correct);
     s.by_images_since[r.images_since].add(r.correct);
     s.by_turns_since[r.turns_since].add(r.correct);
+    s.by_n_images[r.n_images].add(r.correct);
     s.max_kv_entries = std::max(s.max_kv_entries, r.kv_entries);
     kv_sum += static_cast<double>(r.kv_entries);
+    s.max_kv_bytes = std::max(s.max_kv_bytes, r.kv_bytes);
+    bytes_sum += static_cast<double>(r.kv_bytes);
+    s.seconds += r.ms / 1000.0;
   }
   s.mean_kv_entries = records.empty() ? 0.0 : kv_sum / static_cast<double>(records.size());
+  s.mean_kv_bytes = records.empty() ? 0.0 : bytes_sum / static_cast<double>(records.size());
   return s;
 }
 
@@ -113,6 +125,7 @@ nlohmann::ordered_json tally_json(const Tally& t) {
 
 std::string summary_json(const EvalSummary& s) {
   nlohmann::ordered_json j = tally_json(s.all);
+  j["failures"] = s.failures;
   nlohmann::ordered_json by_type = nlohmann::ordered_json::object();
   for (const auto& [type, t] : s.by_type) by_type[type] = tally_json(t);
   nlohmann::ordered_json by_images = nlohmann::ordered_json::object();
@@ -122,7 +135,15 @@ std::string summary_json(const EvalSummary& s) {
   j["by_type"] = by_type;
   j["by_images_since"] = by_images;
   j["by_turns_since"] = by_turns;
+  nlohmann::ordered_json by_n = nlohmann::ordered_json::object();
+  for (const auto& [k, t] : s.by_n_images) by_n[std::to_string(k)] = tally_json(t);
+  j["by_n_images"] = by_n;
   j["kv_entries"] = {{"max", s.max_kv_entries}, {"mean", s.mean_kv_entries}};
+  j["kv_peak_entries"] = s.max_kv_entries;
+  j["kv_mean_entries"] = s.mean_kv_entries;
+  j["kv_peak_bytes"] = s.max_kv_bytes;
+  j["kv_mean_bytes"] = s.mean_kv_bytes;
+  j["seconds"] = s.seconds;
   return j.dump(2);
 }
 
@@ -135,7 +156,10 @@ std::string record_json(const EvalRecord& r) {
                                     {"correct", r.correct},
                                     {"images_since", r.images_since},
                                     {"turns_since", r.turns_since},
-                                    {"kv_entries", r.kv_entries}};
+                                    {"n_images", r.n_images},
+                                    {"kv_entries", r.kv_entries},
+                                    {"kv_bytes", r.kv_bytes},
+                                    {"ms", r.ms}};
   return j.dump();
 }
 

@@ -95,6 +95,14 @@ class Session {
                             const std::atomic<bool>* cancel = nullptr);
   // Appends an assistant answer given as text (conversation replay).
   void add_assistant_text(const std::string& text);
+  // Generates the answer to the pending prompt as generate() does, then drops it and appends
+  // `given` instead (evaluation with gold history). Returns the generated answer (its
+  // eviction_events / peak_kv_entries as generated; kv_* as the cache holds after `given`). When
+  // decoding fed tokens, the cache is rebuilt from the kept segments first (as a rollback: a
+  // fresh evictor replays them).
+  GenerationResult generate_then_give(const std::string& given, const GenerationParams& params,
+                                      const TextCallback& on_text = {},
+                                      const std::atomic<bool>* cancel = nullptr);
   // Forgets everything (the cache keeps its capacity).
   void reset();
   // Puts the cache under an eviction policy (TextRunner::set_eviction), for every later turn and

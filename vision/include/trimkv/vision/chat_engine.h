@@ -80,6 +80,11 @@ class ChatEngine {
                            const std::atomic<bool>* cancel = nullptr);
   // Appends an assistant answer given as text (replaying a saved conversation).
   void add_assistant_text(const std::string& text);
+  // Generates an answer to the pending turn (returned) but appends `given` to the conversation
+  // instead (evaluation with gold history; Session::generate_then_give).
+  GenerationResult respond_then_give(const std::string& given, const GenerationParams& params,
+                                     const TextCallback& on_text = {},
+                                     const std::atomic<bool>* cancel = nullptr);
   void reset();
   ConversationState state() const;
   const std::vector<Message>& transcript() const;

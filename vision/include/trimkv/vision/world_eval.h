@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace trimkv::vision::world {
@@ -24,6 +25,7 @@ struct WorldTurn {
 
 struct WorldRecord {
   std::string id;
+  int line = 0;  // 1-based line in the JSONL file
   int n_images = 0;
   std::vector<WorldTurn> turns;
 };
@@ -31,8 +33,10 @@ struct WorldRecord {
 // Reads a world JSONL (write_world's format) for replay; at most `limit` conversations when
 // limit >= 0. Error{Io} for a missing file; Error{Format} naming the file and line for a
 // malformed line, a placeholder count that differs from the images, or an "about" image not yet
-// shown.
-std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit = -1);
+// shown. With `errors`, a bad line is skipped instead and its message ("FILE:LINE: ...") appended
+// there (the limit counts lines read, good or bad); Error{Io} is still thrown for the file.
+std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit = -1,
+                                          std::vector<std::string>* errors = nullptr);
 
 // Lowercase, whitespace runs collapsed to one space, trimmed, trailing ". ! ?" dropped.
 std::string normalize_answer(std::string_view text);
@@ -48,6 +52,10 @@ struct EvalRecord {
   bool correct = false;
   int images_since = 0, turns_since = 0;
   int64_t kv_entries = 0;  // held by the cache after the answer
+  int n_images = 0;        // images in the whole conversation
+  int64_t kv_bytes = 0;    // same, in bytes
+  int64_t peak_kv_entries = 0;  // the most held during the turn, before compressions (not summarized)
+  double ms = 0;           // wall time of the turn (prefill + answer)
 };
 
 struct Tally {
@@ -61,15 +69,32 @@ struct EvalSummary {
   std::map<std::string, Tally> by_type;
   std::map<int, Tally> by_images_since;  // 0..7
   std::map<int, Tally> by_turns_since;   // 0..5
-  int64_t max_kv_entries = 0;
+  std::map<int, Tally> by_n_images;      // images in the conversation
+  int64_t max_kv_entries = 0;  // over the turns, as held after each answer
   double mean_kv_entries = 0;
+  int64_t max_kv_bytes = 0;
+  double mean_kv_bytes = 0;
+  double seconds = 0;    // sum of the turns' wall time
+  int64_t failures = 0;  // conversations that could not be evaluated (set by the runner)
 };
 
 EvalSummary summarize(const std::vector<EvalRecord>& records);
-// {"accuracy", "n", "correct", "by_type": {type: {"accuracy", "n", "correct"}}, "by_images_since":
-// {...}, "by_turns_since": {...}, "kv_entries": {"max", "mean"}} (2-space indent).
+// {"accuracy", "n", "correct", "failures", "by_type": {type: {"accuracy", "n", "correct"}},
+// "by_images_since": {...}, "by_turns_since": {...}, "by_n_images": {...}, "kv_entries": {"max",
+// "mean"}, "kv_peak_entries", "kv_mean_entries", "kv_peak_bytes", "kv_mean_bytes", "seconds"}
+// (2-space indent).
 std::string summary_json(const EvalSummary& summary);
 // One JSON object (one line) per record.
 std::string record_json(const EvalRecord& record);
+
+// Accuracy vs KV budget (eval-sweep): one line per policy through its (budget entries, accuracy)
+// points, the full cache as a dashed horizontal reference line at `full_accuracy` (its peak
+// entries `full_entries` as the x axis's end), a legend; written as an RGB PNG. Error{Io}.
+struct PlotSeries {
+  std::string name;
+  std::vector<std::pair<double, double>> points;  // (entries, accuracy in [0, 1])
+};
+void write_accuracy_plot(const std::string& path, const std::vector<PlotSeries>& series, double full_accuracy,
+                         double full_entries);
 
 }  // namespace trimkv::vision::world

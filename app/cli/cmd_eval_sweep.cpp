@@ -1,0 +1,297 @@
+// `trimkv eval-sweep`: `trimkv eval` for every policy × KV budget, one row per cell in a CSV file
+// and a Markdown table (the full cache as reference row). Cells are appended as they finish, so
+// Ctrl-C keeps the finished ones and a rerun skips the cells already in the CSV.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "args.h"
+#include "commands.h"
+#include "eval_runner.h"
+#include "trimkv/core/error.h"
+#include "trimkv/core/eviction_settings.h"
+#include "trimkv/vision/chat_engine.h"
+#include "trimkv/vision/world_eval.h"
+
+namespace trimkv::cli {
+namespace {
+
+std::atomic<bool> g_sweep_cancel{false};
+extern "C" void on_sigint_sweep(int) { g_sweep_cancel.store(true); }
+
+const char* const kCsvHeader =
+    "policy,budget,budget_entries,accuracy,n,correct,failures,kv_peak_entries,kv_mean_entries,kv_peak_bytes,"
+    "kv_mean_bytes,seconds";
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    const size_t a = item.find_first_not_of(" \t\r"), b = item.find_last_not_of(" \t\r");
+    if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
+  }
+  return out;
+}
+
+struct Budget {
+  std::string spec;  // as given: "0.25" (a fraction of the full cache's peak) or "512" (entries)
+  double fraction = 0;   // > 0: a fraction
+  int64_t entries = 0;   // > 0: absolute
+};
+
+Budget parse_budget(const std::string& s) {
+  Budget b;
+  b.spec = s;
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != s.size() || !(v > 0))
+    throw UsageError("option '--budgets': '" + s + "' is neither a fraction in (0, 1] nor a positive entry count");
+  if (s.find_first_of(".eE") != std::string::npos) {
+    if (v > 1) throw UsageError("option '--budgets': fraction '" + s + "' is above 1");
+    b.fraction = v;
+  } else {
+    b.entries = static_cast<int64_t>(v);
+  }
+  return b;
+}
+
+struct Row {
+  std::string policy, budget;
+  std::vector<std::string> cells;  // every column, as written
+};
+
+std::vector<Row> read_csv(const std::string& path) {
+  std::vector<Row> rows;
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good()) return rows;
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (header) {
+      header = false;
+      continue;
+    }
+    Row r;
+    r.cells = split(line, ',');
+    if (r.cells.size() < 12) continue;  // a torn last line (killed mid-write): recomputed
+    r.policy = r.cells[0];
+    r.budget = r.cells[1];
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+void write_markdown(const std::string& path, const std::vector<Row>& rows) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  TRIMKV_CHECK(out.good(), Io, path, ": cannot open for writing");
+  out << "| policy | budget | KV entries budget | accuracy | n | failures | KV peak entries | KV mean entries | "
+         "seconds |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const Row& r : rows) {
+    const auto& c = r.cells;
+    out << "| " << c[0] << " | " << c[1] << " | " << c[2] << " | " << c[3] << " | " << c[4] << " | " << c[6]
+        << " | " << c[7] << " | " << c[8] << " | " << c[11] << " |\n";
+  }
+  TRIMKV_CHECK(out.good(), Io, path, ": write error");
+}
+
+// sweep.png: one line per policy (budget entries, accuracy), the full cache as reference.
+void write_plot(const std::string& path, const std::vector<Row>& rows) {
+  double full_acc = 0, full_entries = 0;
+  std::vector<vision::world::PlotSeries> series;
+  for (const Row& r : rows) {
+    if (r.policy == "full") {
+      full_acc = std::stod(r.cells[3]);
+      full_entries = std::stod(r.cells[7]);
+      continue;
+    }
+    auto it = std::find_if(series.begin(), series.end(), [&](const auto& s) { return s.name == r.policy; });
+    if (it == series.end()) it = series.insert(series.end(), {r.policy, {}});
+    it->points.emplace_back(std::stod(r.cells[2]), std::stod(r.cells[3]));
+  }
+  vision::world::write_accuracy_plot(path, series, full_acc, full_entries);
+}
+
+}  // namespace
+
+int cmd_eval_sweep(int argc, char** argv, int first) {
+  namespace w = vision::world;
+  const std::vector<OptionSpec> specs = {
+      {"model", "DIR", "vision-language checkpoint folder"},
+      {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
+      {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them)"},
+      {"budgets", "B,...", "KV budgets: fractions of the full cache's peak entries (0.25) and/or entries (512)"},
+      {"out", "DIR", "output folder: sweep.csv, sweep.md, sweep.png (default: sweep)"},
+      {"limit", "N", "evaluate the first N conversations only"},
+      {"history", "gold|model", "answers kept in the conversation (default gold)"},
+      {"max-new-tokens", "N", "answer length limit in tokens (default 8)"},
+      {"threads", "N", "CPU threads (default: the library's)"},
+      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
+      {"quiet", "", "no progress on stderr"},
+      {"help", "", "show this help"},
+  };
+  Args args("eval-sweep", specs, argc, argv, first);
+  if (args.flag("help")) {
+    std::cout << Args::usage("eval-sweep",
+                             "Run trimkv eval for every policy x budget (M_global) plus the full cache, appending "
+                             "one CSV row per finished cell and rewriting the Markdown table. Ctrl-C keeps the "
+                             "finished cells; a rerun skips the cells already in the CSV. sweep.png plots accuracy vs KV budget.",
+                             specs);
+    return 0;
+  }
+  const std::string model = args.require("model");
+  const std::string data = args.require("data");
+  const std::vector<std::string> policies = split(args.require("policies"), ',');
+  if (policies.empty()) throw UsageError("option '--policies' names no policy");
+  std::vector<Budget> budgets;
+  for (const std::string& s : split(args.require("budgets"), ',')) budgets.push_back(parse_budget(s));
+  if (budgets.empty()) throw UsageError("option '--budgets' gives no budget");
+  for (const std::string& p : policies) {
+    EvictionSettings s;
+    s.policy = p;
+    s.budget_global = 1;
+    try {
+      validate_eviction_settings(s);
+    } catch (const Error& e) {
+      throw UsageError(std::string("option '--policies': ") + e.what());
+    }
+  }
+  const int limit = args.get_int("limit", -1);
+  if (args.has("limit") && limit <= 0) throw UsageError("option '--limit' must be positive, got " + std::to_string(limit));
+  const std::string history = args.get("history", "gold");
+  if (history != "gold" && history != "model")
+    throw UsageError("option '--history' must be 'gold' or 'model', got '" + history + "'");
+  EvalRunOptions run;
+  run.data = data;
+  run.gold_history = history == "gold";
+  run.progress = !args.flag("quiet");
+  run.params.max_new_tokens = args.get_int("max-new-tokens", 8);
+  if (run.params.max_new_tokens <= 0)
+    throw UsageError("option '--max-new-tokens' must be positive, got " + std::to_string(run.params.max_new_tokens));
+  run.cancel = &g_sweep_cancel;
+  const std::string out_dir = args.get("out", "sweep");
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  TRIMKV_CHECK(std::filesystem::is_directory(out_dir), Io, "--out ", out_dir, ": cannot create the folder");
+  const std::string csv_path = (std::filesystem::path(out_dir) / "sweep.csv").string();
+  const std::string md_path = (std::filesystem::path(out_dir) / "sweep.md").string();
+  const std::string png_path = (std::filesystem::path(out_dir) / "sweep.png").string();
+
+  std::vector<Row> rows = read_csv(csv_path);
+  auto find_row = [&](const std::string& policy, const std::string& budget) -> const Row* {
+    for (const Row& r : rows)
+      if (r.policy == policy && r.budget == budget) return &r;
+    return nullptr;
+  };
+  struct Cell {
+    std::string policy;
+    Budget budget;
+  };
+  std::vector<Cell> cells{{"full", Budget{"full", 0, 0}}};
+  for (const std::string& p : policies)
+    if (p != "full")
+      for (const Budget& b : budgets) cells.push_back({p, b});
+  size_t todo = 0;
+  for (const Cell& c : cells) todo += find_row(c.policy, c.budget.spec) ? 0 : 1;
+  if (run.progress)
+    std::cerr << "eval-sweep: " << cells.size() << " cells, " << cells.size() - todo << " already in " << csv_path
+              << ", " << todo << " to run\n";
+
+  // Rewrite the CSV from the rows kept (drops a torn last line), then append as cells finish.
+  {
+    std::ofstream csv(csv_path, std::ios::binary | std::ios::trunc);
+    TRIMKV_CHECK(csv.good(), Io, csv_path, ": cannot open for writing");
+    csv << kCsvHeader << '\n';
+    for (const Row& r : rows) {
+      for (size_t i = 0; i < r.cells.size(); ++i) csv << (i ? "," : "") << r.cells[i];
+      csv << '\n';
+    }
+  }
+  write_markdown(md_path, rows);
+  if (!rows.empty()) write_plot(png_path, rows);
+
+  std::unique_ptr<vision::ChatEngine> engine;
+  std::vector<w::WorldRecord> conversations;
+  std::vector<std::string> read_failures;
+  if (todo > 0) {
+    conversations = w::read_world_jsonl(data, limit, &read_failures);
+    TRIMKV_CHECK(!conversations.empty(), Input, "--data ", data, ": no conversation to evaluate");
+    EngineOptions options;
+    options.threads = args.get_int("threads", 0);
+    options.gates = args.get("gates");
+    engine = vision::ChatEngine::load(model, options);
+  }
+  g_sweep_cancel.store(false);
+  std::signal(SIGINT, on_sigint_sweep);
+  bool cancelled = false;
+  size_t done = 0;
+  for (const Cell& c : cells) {
+    if (find_row(c.policy, c.budget.spec)) continue;
+    int64_t entries = 0;
+    if (c.policy != "full") {
+      entries = c.budget.entries;
+      if (c.budget.fraction > 0) {
+        const Row* full = find_row("full", "full");
+        TRIMKV_ASSERT(full);
+        const int64_t peak = std::stoll(full->cells[7]);
+        entries = std::max<int64_t>(1, std::llround(c.budget.fraction * static_cast<double>(peak)));
+      }
+      EvictionSettings s;
+      s.policy = c.policy;
+      s.budget_global = entries;
+      engine->set_eviction(s);
+    }
+    run.label = "eval-sweep [" + std::to_string(done + 1) + "/" + std::to_string(todo) + "] " + c.policy + " " +
+                c.budget.spec;
+    const EvalRunResult result = run_world_eval(*engine, conversations, read_failures, run);
+    if (result.cancelled) {
+      cancelled = true;
+      break;
+    }
+    const w::EvalSummary& s = result.summary;
+    std::ostringstream line;
+    line << std::setprecision(6) << c.policy << ',' << c.budget.spec << ',' << entries << ',' << s.all.accuracy()
+         << ',' << s.all.n << ',' << s.all.correct << ',' << s.failures << ',' << s.max_kv_entries << ','
+         << s.mean_kv_entries << ',' << s.max_kv_bytes << ',' << s.mean_kv_bytes << ',' << s.seconds;
+    Row row;
+    row.cells = split(line.str(), ',');
+    row.policy = c.policy;
+    row.budget = c.budget.spec;
+    rows.push_back(row);
+    {
+      std::ofstream csv(csv_path, std::ios::binary | std::ios::app);
+      csv << line.str() << '\n';
+      TRIMKV_CHECK(csv.good(), Io, csv_path, ": write error");
+    }
+    write_markdown(md_path, rows);
+    write_plot(png_path, rows);
+    ++done;
+    if (run.progress)
+      std::cerr << "eval-sweep: " << c.policy << " " << c.budget.spec << " (" << entries << " entries): accuracy "
+                << s.all.accuracy() << ", " << s.failures << " failures\n";
+  }
+  std::signal(SIGINT, SIG_DFL);
+  std::cout << "eval-sweep: " << rows.size() << " cells in " << csv_path << ", " << md_path << " and " << png_path
+            << " (" << done
+            << " computed now)\n";
+  if (cancelled) {
+    std::cerr << "eval-sweep: cancelled; the finished cells are kept, rerun to resume\n";
+    return 130;
+  }
+  return 0;
+}
+
+}  // namespace trimkv::cli
