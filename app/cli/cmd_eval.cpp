@@ -48,18 +48,8 @@ int cmd_eval(int argc, char** argv, int first) {
   }
   const std::string model = args.require("model");
   const std::string data = args.require("data");
-  const int limit = args.get_int("limit", -1);
-  if (args.has("limit") && limit <= 0) throw UsageError("option '--limit' must be positive, got " + std::to_string(limit));
-  const std::string history = args.has("history") ? args.get("history") : std::string("gold");
-  if (history != "gold" && history != "model")
-    throw UsageError("option '--history' must be 'gold' or 'model', got '" + history + "'");
-  EvalRunOptions run;
-  run.data = data;
-  run.gold_history = history == "gold";
-  run.progress = !args.flag("quiet");
-  run.params.max_new_tokens = args.get_int("max-new-tokens", 8);
-  if (run.params.max_new_tokens <= 0)
-    throw UsageError("option '--max-new-tokens' must be positive, got " + std::to_string(run.params.max_new_tokens));
+  const int limit = eval_limit(args);
+  EvalRunOptions run = eval_run_options(args, data);
   const EvictionSettings eviction = parse_policy_settings(args);  // before the model load
   if (args.has("trace") || args.has("trace-csv"))
     throw UsageError("eval runs many conversations: --trace / --trace-csv are for generate and chat");
@@ -89,7 +79,7 @@ int cmd_eval(int argc, char** argv, int first) {
   const vision::ConversationState st = engine->state();
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(w::summary_json(summary));
   j["conversations"] = static_cast<int64_t>(conversations.size() + read_failures.size()) - summary.failures;
-  j["history"] = history;
+  j["history"] = run.gold_history ? "gold" : "model";
   j["policy"] = st.policy;
   j["budget"] = st.budget_global;
   j["eviction_events"] = result.eviction_events;
@@ -104,7 +94,7 @@ int cmd_eval(int argc, char** argv, int first) {
   }
   std::cout << std::fixed << std::setprecision(3) << "accuracy " << summary.all.accuracy() << " ("
             << summary.all.correct << "/" << summary.all.n << " turns, " << j["conversations"].get<int64_t>()
-            << " conversations, " << summary.failures << " failed; history " << history << ")\n";
+            << " conversations, " << summary.failures << " failed; history " << (run.gold_history ? "gold" : "model") << ")\n";
   if (evict)
     std::cout << "policy " << st.policy << ", budget "
               << (st.budget_global < 0 ? std::string("unlimited") : std::to_string(st.budget_global))

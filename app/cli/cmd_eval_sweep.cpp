@@ -169,18 +169,8 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       throw UsageError(std::string("option '--policies': ") + e.what());
     }
   }
-  const int limit = args.get_int("limit", -1);
-  if (args.has("limit") && limit <= 0) throw UsageError("option '--limit' must be positive, got " + std::to_string(limit));
-  const std::string history = args.get("history", "gold");
-  if (history != "gold" && history != "model")
-    throw UsageError("option '--history' must be 'gold' or 'model', got '" + history + "'");
-  EvalRunOptions run;
-  run.data = data;
-  run.gold_history = history == "gold";
-  run.progress = !args.flag("quiet");
-  run.params.max_new_tokens = args.get_int("max-new-tokens", 8);
-  if (run.params.max_new_tokens <= 0)
-    throw UsageError("option '--max-new-tokens' must be positive, got " + std::to_string(run.params.max_new_tokens));
+  const int limit = eval_limit(args);
+  EvalRunOptions run = eval_run_options(args, data);
   run.cancel = &g_sweep_cancel;
   const std::string out_dir = args.get("out", "sweep");
   std::error_code ec;

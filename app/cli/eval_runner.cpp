@@ -79,4 +79,24 @@ EvalRunResult run_world_eval(vision::ChatEngine& engine, const std::vector<visio
   return out;
 }
 
+EvalRunOptions eval_run_options(const Args& args, const std::string& data) {
+  const std::string history = args.get("history", "gold");
+  if (history != "gold" && history != "model")
+    throw UsageError("option '--history' must be 'gold' or 'model', got '" + history + "'");
+  EvalRunOptions run;
+  run.data = data;
+  run.gold_history = history == "gold";
+  run.progress = !args.flag("quiet");
+  run.params.max_new_tokens = args.get_int("max-new-tokens", 8);
+  if (run.params.max_new_tokens <= 0)
+    throw UsageError("option '--max-new-tokens' must be positive, got " + std::to_string(run.params.max_new_tokens));
+  return run;
+}
+
+int eval_limit(const Args& args) {
+  const int limit = args.get_int("limit", -1);
+  if (args.has("limit") && limit <= 0) throw UsageError("option '--limit' must be positive, got " + std::to_string(limit));
+  return limit;
+}
+
 }  // namespace trimkv::cli

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "args.h"
 #include "trimkv/core/generation_types.h"
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/world_eval.h"
@@ -30,6 +31,12 @@ struct EvalRunResult {
   int64_t eviction_events = 0;
   bool cancelled = false;  // stopped early: records cover the finished conversations only
 };
+
+// The options eval and eval-sweep share, validated (UsageError naming the option): --history,
+// --quiet, --max-new-tokens. `data` is the JSONL path.
+EvalRunOptions eval_run_options(const Args& args, const std::string& data);
+// --limit: -1 when absent; UsageError when not positive.
+int eval_limit(const Args& args);
 
 // `read_failures`: messages from read_world_jsonl(…, errors) (counted as failures too).
 EvalRunResult run_world_eval(vision::ChatEngine& engine, const std::vector<vision::world::WorldRecord>& conversations,

@@ -142,18 +142,33 @@ void Session::add_raw_prompt(const std::vector<ContentPart>& content, const std:
   add_prompt(content, false, cancel);
 }
 
-GenerationResult Session::generate(const GenerationParams& params, const TextCallback& on_text,
-                                   const std::atomic<bool>* cancel) {
+GenerationResult Session::generate_pending(const GenerationParams& params, const TextCallback& on_text,
+                                           const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
   const size_t mark = m_ids.size();
-  GenerationResult r;
   try {
-    r = trimkv::generate(*m_runner, m_pending, params, on_text, cancel);
+    return trimkv::generate(*m_runner, m_pending, params, on_text, cancel);
   } catch (...) {
     // Drop whatever the failed generation appended; the prompt stays pending.
     if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
     throw;
   }
+}
+
+void Session::fill_cache_stats(GenerationResult& r) const {
+  const KvBookkeeping& kv = m_cache.bookkeeping();
+  r.kv_entries = kv.total_entries();
+  r.kv_bytes = m_cache.bytes_held();
+  const ModalityCounts counts = count_entries_by_modality(kv);
+  r.kv_text_entries = counts.text;
+  r.kv_image_entries = counts.image;
+  r.peak_kv_entries = std::max(r.peak_kv_entries, r.kv_entries);
+}
+
+GenerationResult Session::generate(const GenerationParams& params, const TextCallback& on_text,
+                                   const std::atomic<bool>* cancel) {
+  const size_t mark = m_ids.size();
+  GenerationResult r = generate_pending(params, on_text, cancel);
   const int answer_turn = m_turn;
   // Tokens the decode loop already fed through the model (every sampled token but the last).
   const size_t fed = static_cast<size_t>(m_runner->n_tokens()) - mark;
@@ -187,13 +202,7 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
       append(seg, answer_turn, nullptr);
     }
   }
-  const KvBookkeeping& kv = m_cache.bookkeeping();
-  r.kv_entries = kv.total_entries();
-  r.kv_bytes = m_cache.bytes_held();
-  const ModalityCounts counts = count_entries_by_modality(kv);
-  r.kv_text_entries = counts.text;
-  r.kv_image_entries = counts.image;
-  r.peak_kv_entries = std::max(r.peak_kv_entries, r.kv_entries);
+  fill_cache_stats(r);
   if (m_evictor) {  // the closing tokens may have compressed again
     r.eviction_events = m_evictor->n_events();
     r.peak_kv_entries = std::max(m_evictor->peak_entries(), r.kv_entries);
@@ -215,15 +224,8 @@ void Session::add_assistant_text(const std::string& text) {
 
 GenerationResult Session::generate_then_give(const std::string& given, const GenerationParams& params,
                                              const TextCallback& on_text, const std::atomic<bool>* cancel) {
-  TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
   const size_t mark = m_ids.size();
-  GenerationResult r;
-  try {
-    r = trimkv::generate(*m_runner, m_pending, params, on_text, cancel);
-  } catch (...) {
-    if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
-    throw;
-  }
+  GenerationResult r = generate_pending(params, on_text, cancel);
   if (m_evictor) {
     r.eviction_events = m_evictor->n_events();
     r.peak_kv_entries = std::max(r.peak_kv_entries, m_evictor->peak_entries());
@@ -231,13 +233,7 @@ GenerationResult Session::generate_then_give(const std::string& given, const Gen
   r.peak_kv_entries = std::max(r.peak_kv_entries, m_cache.bookkeeping().total_entries());
   if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();  // drop the generated tokens
   add_assistant_text(given);
-  const KvBookkeeping& kv = m_cache.bookkeeping();
-  r.kv_entries = kv.total_entries();
-  r.kv_bytes = m_cache.bytes_held();
-  const ModalityCounts counts = count_entries_by_modality(kv);
-  r.kv_text_entries = counts.text;
-  r.kv_image_entries = counts.image;
-  r.peak_kv_entries = std::max(r.peak_kv_entries, r.kv_entries);
+  fill_cache_stats(r);
   if (m_evictor) r.trace = std::make_shared<const Trace>(m_evictor->trace());
   return r;
 }
