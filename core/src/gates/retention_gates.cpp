@@ -140,20 +140,23 @@ at::Tensor RetentionGates::log_beta(int64_t il, const at::Tensor& x_norm) const 
   return at::log_sigmoid(pre_activation(il, x_norm));
 }
 
+void RetentionGates::append_layer_tensors(int64_t il, bool with_output,
+                                          std::vector<GateParameter>& out) const {
+  const GateLayer& g = m_layers[il];
+  out.push_back({gate_tensor_name(il, "linear1.weight"), g.w1});
+  out.push_back({gate_tensor_name(il, "linear1.bias"), g.b1});
+  out.push_back({gate_tensor_name(il, "linear2.weight"), g.w2});
+  if (g.b2.defined()) out.push_back({gate_tensor_name(il, "linear2.bias"), g.b2});
+  if (!with_output) return;
+  if (g.w3.defined()) out.push_back({gate_tensor_name(il, "linear3.weight"), g.w3});
+  out.push_back({gate_tensor_name(il, "bias"), g.bias});
+}
+
 std::vector<GateParameter> RetentionGates::parameters() const {
+  // Each tensor once: a tied output projection and bias come last, under layer 0's names.
   std::vector<GateParameter> out;
   const bool tied = m_cfg.is_tied();
-  for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
-    const GateLayer& g = m_layers[il];
-    out.push_back({gate_tensor_name(il, "linear1.weight"), g.w1});
-    out.push_back({gate_tensor_name(il, "linear1.bias"), g.b1});
-    out.push_back({gate_tensor_name(il, "linear2.weight"), g.w2});
-    if (g.b2.defined()) out.push_back({gate_tensor_name(il, "linear2.bias"), g.b2});
-    if (!tied) {
-      if (g.w3.defined()) out.push_back({gate_tensor_name(il, "linear3.weight"), g.w3});
-      out.push_back({gate_tensor_name(il, "bias"), g.bias});
-    }
-  }
+  for (int64_t il = 0; il < m_cfg.n_layer; ++il) append_layer_tensors(il, !tied, out);
   if (tied) {
     out.push_back({gate_tensor_name(0, "linear3.weight"), m_layers[0].w3});
     out.push_back({gate_tensor_name(0, "bias"), m_layers[0].bias});
@@ -168,16 +171,9 @@ int64_t RetentionGates::parameter_count() const {
 }
 
 std::vector<GateParameter> RetentionGates::named_tensors() const {
+  // Every layer with all its tensors (tied ones repeated), as the reference state dict lists them.
   std::vector<GateParameter> out;
-  for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
-    const GateLayer& g = m_layers[il];
-    out.push_back({gate_tensor_name(il, "linear1.weight"), g.w1});
-    out.push_back({gate_tensor_name(il, "linear1.bias"), g.b1});
-    out.push_back({gate_tensor_name(il, "linear2.weight"), g.w2});
-    if (g.b2.defined()) out.push_back({gate_tensor_name(il, "linear2.bias"), g.b2});
-    if (g.w3.defined()) out.push_back({gate_tensor_name(il, "linear3.weight"), g.w3});
-    out.push_back({gate_tensor_name(il, "bias"), g.bias});
-  }
+  for (int64_t il = 0; il < m_cfg.n_layer; ++il) append_layer_tensors(il, true, out);
   return out;
 }
 

@@ -203,13 +203,7 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
   if (detok && r.stop_reason != "stop_string") text += detok->flush();
   emit_until(text.size());
   r.text = text;
-  const KvBookkeeping& kv = runner.cache().bookkeeping();
-  r.kv_entries = kv.total_entries();
-  r.kv_bytes = runner.cache().bytes_held();
-  const ModalityCounts by_modality = count_entries_by_modality(kv);
-  r.kv_text_entries = by_modality.text;
-  r.kv_image_entries = by_modality.image;
-  r.peak_kv_entries = r.kv_entries;
+  fill_kv_stats(runner.cache(), r);
   if (const Evictor* ev = runner.evictor()) {
     r.policy = ev->policy().name();
     r.budget_global = ev->budget_global();
@@ -220,6 +214,16 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
   return r;
 }
 }  // namespace
+
+void fill_kv_stats(const KvCache& cache, GenerationResult& r) {
+  const KvBookkeeping& kv = cache.bookkeeping();
+  r.kv_entries = kv.total_entries();
+  r.kv_bytes = cache.bytes_held();
+  const ModalityCounts by_modality = count_entries_by_modality(kv);
+  r.kv_text_entries = by_modality.text;
+  r.kv_image_entries = by_modality.image;
+  r.peak_kv_entries = std::max(r.peak_kv_entries, r.kv_entries);
+}
 
 GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt,
                           const GenerationParams& params, const TextCallback& on_text,

@@ -155,16 +155,6 @@ GenerationResult Session::generate_pending(const GenerationParams& params, const
   }
 }
 
-void Session::fill_cache_stats(GenerationResult& r) const {
-  const KvBookkeeping& kv = m_cache.bookkeeping();
-  r.kv_entries = kv.total_entries();
-  r.kv_bytes = m_cache.bytes_held();
-  const ModalityCounts counts = count_entries_by_modality(kv);
-  r.kv_text_entries = counts.text;
-  r.kv_image_entries = counts.image;
-  r.peak_kv_entries = std::max(r.peak_kv_entries, r.kv_entries);
-}
-
 GenerationResult Session::generate(const GenerationParams& params, const TextCallback& on_text,
                                    const std::atomic<bool>* cancel) {
   const size_t mark = m_ids.size();
@@ -202,7 +192,7 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
       append(seg, answer_turn, nullptr);
     }
   }
-  fill_cache_stats(r);
+  fill_kv_stats(m_cache, r);
   if (m_evictor) {  // the closing tokens may have compressed again
     r.eviction_events = m_evictor->n_events();
     r.peak_kv_entries = std::max(m_evictor->peak_entries(), r.kv_entries);
@@ -233,7 +223,7 @@ GenerationResult Session::generate_then_give(const std::string& given, const Gen
   r.peak_kv_entries = std::max(r.peak_kv_entries, m_cache.bookkeeping().total_entries());
   if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();  // drop the generated tokens
   add_assistant_text(given);
-  fill_cache_stats(r);
+  fill_kv_stats(m_cache, r);
   if (m_evictor) r.trace = std::make_shared<const Trace>(m_evictor->trace());
   return r;
 }

@@ -71,6 +71,9 @@ class TextRunner {
   const EntryScorer* m_scorer = nullptr;
 };
 
+// Fills r's kv_* fields from what `cache` holds now; the peak becomes max(peak, entries held).
+void fill_kv_stats(const KvCache& cache, GenerationResult& r);
+
 // Prefills `prompt` onto the runner's stream and generates. `cancel` (nullable) is polled between
 // steps from any thread; a cancelled run returns what it had with stop_reason "cancelled".
 GenerationResult generate(TextRunner& runner, const std::vector<int32_t>& prompt,

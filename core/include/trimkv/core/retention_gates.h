@@ -95,6 +95,9 @@ class RetentionGates : public EntryScorer {
   void set_requires_grad(bool on);
 
  private:
+  // Layer il's tensors under their reference names; the output projection and bias only when
+  // `with_output`.
+  void append_layer_tensors(int64_t il, bool with_output, std::vector<GateParameter>& out) const;
   GateConfig m_cfg;
   std::vector<GateLayer> m_layers;
 };

@@ -142,8 +142,6 @@ class Session {
   // before the answer and the prompt stays pending.
   GenerationResult generate_pending(const GenerationParams& params, const TextCallback& on_text,
                                     const std::atomic<bool>* cancel);
-  // kv_* fields (and the peak) of `r` from what the cache holds now.
-  void fill_cache_stats(GenerationResult& r) const;
   void new_runner();
   void add_prompt(const std::vector<ContentPart>& content, bool chat, const std::atomic<bool>* cancel);
   ImageTokenReducer image_token_reducer() const;  // empty unless the policy is visionzip
