@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 
 namespace {
@@ -23,6 +24,7 @@ const char* kUsage =
     "  train-tokenizer  train a byte-level BPE tokenizer.json on world text\n"
     "  eval         score a vision-language model on world conversations\n"
     "  eval-sweep   eval for every eviction policy x KV budget (CSV + Markdown table)\n"
+    "  train-demo   train the embedded demo VLM (and its gates) from scratch on the world\n"
     "\n"
     "Run 'trimkv <command> --help' for the options of a command.\n";
 
@@ -30,6 +32,7 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   using namespace trimkv::cli;
+  trimkv::tune_blas_for_cpu(argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     std::cout << kUsage;
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
     if (command == "train-tokenizer") return cmd_train_tokenizer(argc, argv, 2);
     if (command == "eval") return cmd_eval(argc, argv, 2);
     if (command == "eval-sweep") return cmd_eval_sweep(argc, argv, 2);
+    if (command == "train-demo") return cmd_train_demo(argc, argv, 2);
     std::cerr << "trimkv: unknown command '" << command << "'\n\n" << kUsage;
     return 2;
   } catch (const UsageError& e) {
