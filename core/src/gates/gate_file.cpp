@@ -146,21 +146,8 @@ void save_gates(const std::string& path, const RetentionGates& gates,
   meta["init_std"] = to_str(c.init_std);
   meta["train_budget"] = to_str(c.train_budget);
   std::vector<TensorToWrite> out;
-  for (const auto& p : gates.named_tensors()) {
-    at::Tensor t = p.tensor.detach().to(at::kFloat).contiguous();
-    TensorToWrite w;
-    w.name = p.name;
-    w.dtype = DType::F32;
-    w.shape = t.sizes().vec();
-    w.bytes.resize(static_cast<size_t>(t.numel()) * sizeof(float));
-    if (t.numel()) std::memcpy(w.bytes.data(), t.data_ptr<float>(), w.bytes.size());
-    out.push_back(std::move(w));
-  }
-  const std::string tmp = path + ".tmp";
-  write_safetensors(tmp, out, meta);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TRIMKV_CHECK(!ec, Io, "cannot move '", tmp, "' to '", path, "': ", ec.message());
+  for (const auto& p : gates.named_tensors()) out.push_back(float_tensor_to_write(p.name, p.tensor));
+  write_safetensors_atomic(path, out, meta);
 }
 
 std::map<std::string, std::string> gates_file_metadata(const std::string& path) {

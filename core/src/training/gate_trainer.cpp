@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 
+#include "trimkv/core/adamw.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 #include "trimkv/core/gate_training.h"
@@ -28,7 +29,6 @@ namespace trimkv {
 
 namespace {
 
-constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8;
 constexpr const char* kCheckpointFormat = "trimkv-gate-checkpoint";
 
 uint64_t fnv1a(const std::string& s) {
@@ -43,17 +43,6 @@ std::string hex64(uint64_t v) {
   return os.str();
 }
 
-TensorToWrite to_write(const std::string& name, const at::Tensor& t_in) {
-  at::Tensor t = t_in.detach().to(at::kFloat).contiguous();
-  TensorToWrite w;
-  w.name = name;
-  w.dtype = DType::F32;
-  w.shape = t.sizes().vec();
-  w.bytes.resize(static_cast<size_t>(t.numel()) * sizeof(float));
-  if (t.numel()) std::memcpy(w.bytes.data(), t.data_ptr<float>(), w.bytes.size());
-  return w;
-}
-
 }  // namespace
 
 struct GateTrainer::Impl {
@@ -63,7 +52,7 @@ struct GateTrainer::Impl {
   TrainOptions opt;
   std::unique_ptr<RetentionGates> gates;
   std::vector<GateParameter> params;
-  std::vector<at::Tensor> m, v;  // AdamW moments, aligned with params
+  std::unique_ptr<AdamW> adam;
   int64_t step = 0;              // optimiser steps done
   int64_t cursor = 0;            // samples consumed
   nlohmann::json config;         // what a checkpoint must match
@@ -126,10 +115,12 @@ GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptio
   I.gates = std::make_unique<RetentionGates>(RetentionGates::init(gc, o.seed));
   I.gates->set_requires_grad(true);
   I.params = I.gates->parameters();
-  for (const auto& p : I.params) {
-    I.m.push_back(at::zeros_like(p.tensor.detach()));
-    I.v.push_back(at::zeros_like(p.tensor.detach()));
-  }
+  std::vector<NamedParameter> named;
+  for (const auto& p : I.params) named.push_back({p.name, p.tensor, true});
+  AdamWOptions ao;
+  ao.weight_decay = o.weight_decay;
+  ao.clip = o.clip;
+  I.adam = std::make_unique<AdamW>(std::move(named), ao);
 
   // The model is identified by its sizes and a checksum of its embedding (cheap, and any other
   // checkpoint of the same shape differs there).
@@ -170,31 +161,21 @@ int64_t GateTrainer::step() const { return m_impl->step; }
 
 double GateTrainer::lr_at(int64_t s) const {
   const TrainOptions& o = m_impl->opt;
-  if (o.warmup > 0 && s <= o.warmup) return o.lr * static_cast<double>(s) / static_cast<double>(o.warmup);
-  const double span = static_cast<double>(std::max<int64_t>(1, o.steps - o.warmup));
-  const double progress = std::min(1.0, static_cast<double>(s - o.warmup) / span);
-  return o.min_lr + (o.lr - o.min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+  return warmup_cosine_lr(s, o.warmup, o.steps, o.lr, o.min_lr);
 }
 
 void GateTrainer::save_checkpoint(const std::string& path) const {
   const Impl& I = *m_impl;
   std::vector<TensorToWrite> out;
-  for (size_t k = 0; k < I.params.size(); ++k) {
-    out.push_back(to_write("gate." + I.params[k].name, I.params[k].tensor));
-    out.push_back(to_write("adam.m." + I.params[k].name, I.m[k]));
-    out.push_back(to_write("adam.v." + I.params[k].name, I.v[k]));
-  }
+  for (const auto& p : I.params) out.push_back(float_tensor_to_write("gate." + p.name, p.tensor));
   const std::string cfg = I.config.dump();
   std::map<std::string, std::string> meta = {{"format", kCheckpointFormat},
                                              {"step", std::to_string(I.step)},
                                              {"cursor", std::to_string(I.cursor)},
                                              {"config", cfg},
                                              {"config_hash", hex64(fnv1a(cfg))}};
-  const std::string tmp = path + ".tmp";
-  write_safetensors(tmp, out, meta);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TRIMKV_CHECK(!ec, Io, "cannot move '", tmp, "' to '", path, "': ", ec.message());
+  I.adam->save_state("adam.", out, meta);
+  write_safetensors_atomic(path, out, meta);
 }
 
 void GateTrainer::load_checkpoint(const std::string& path) {
@@ -226,11 +207,8 @@ void GateTrainer::load_checkpoint(const std::string& path) {
                  t.sizes(), ", expected ", like.sizes());
     return t;
   };
-  for (size_t k = 0; k < I.params.size(); ++k) {
-    I.params[k].tensor.copy_(get("gate." + I.params[k].name, I.params[k].tensor));
-    I.m[k].copy_(get("adam.m." + I.params[k].name, I.m[k]));
-    I.v[k].copy_(get("adam.v." + I.params[k].name, I.v[k]));
-  }
+  for (auto& p : I.params) p.tensor.copy_(get("gate." + p.name, p.tensor));
+  I.adam->load_state("adam.", file, path);
   I.step = std::stoll(meta.at("step"));
   I.cursor = std::stoll(meta.at("cursor"));
 }
@@ -262,8 +240,7 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
       break;
     }
     const double lr = lr_at(I.step + 1);
-    for (auto& p : I.params)
-      if (p.tensor.grad().defined()) p.tensor.mutable_grad() = at::Tensor();
+    I.adam->zero_grad();
     TrainProgress pr;
     for (int64_t b = 0; b < o.batch; ++b) {
       TrainingSample sample = I.sample_at(I.cursor++);
@@ -293,28 +270,7 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
       tokens += n;
     }
     I.check_only_gates_have_grad();
-    {
-      at::NoGradGuard no_grad;
-      std::vector<at::Tensor> norms;
-      for (auto& p : I.params) norms.push_back(p.tensor.grad().norm(2));
-      const double total = at::stack(norms).norm(2).item<double>();
-      pr.grad_norm = total;
-      const double coef = o.clip / (total + 1e-6);
-      if (coef < 1.0)
-        for (auto& p : I.params) p.tensor.mutable_grad().mul_(coef);
-      const int64_t t = I.step + 1;
-      const double bc1 = 1.0 - std::pow(kBeta1, static_cast<double>(t));
-      const double bc2 = 1.0 - std::pow(kBeta2, static_cast<double>(t));
-      for (size_t k = 0; k < I.params.size(); ++k) {
-        at::Tensor p = I.params[k].tensor;
-        const at::Tensor& g = p.grad();
-        p.mul_(1.0 - lr * o.weight_decay);
-        I.m[k].mul_(kBeta1).add_(g, 1.0 - kBeta1);
-        I.v[k].mul_(kBeta2).addcmul_(g, g, 1.0 - kBeta2);
-        at::Tensor denom = (I.v[k].sqrt() / std::sqrt(bc2)).add_(kEps);
-        p.addcdiv_(I.m[k], denom, -lr / bc1);
-      }
-    }
+    pr.grad_norm = I.adam->step(lr);
     ++I.step;
     ++steps_this_run;
     result.losses.push_back(pr.loss);

@@ -36,6 +36,26 @@ at::Tensor tensor_to_float(const TensorInfo& info) {
   return st == at::kFloat ? raw : raw.to(at::kFloat);
 }
 
+TensorToWrite float_tensor_to_write(const std::string& name, const at::Tensor& t_in) {
+  const at::Tensor t = t_in.detach().to(at::kFloat).contiguous();
+  TensorToWrite w;
+  w.name = name;
+  w.dtype = DType::F32;
+  w.shape = t.sizes().vec();
+  w.bytes.resize(static_cast<size_t>(t.numel()) * sizeof(float));
+  if (t.numel()) std::memcpy(w.bytes.data(), t.data_ptr<float>(), w.bytes.size());
+  return w;
+}
+
+void write_safetensors_atomic(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  const std::string tmp = path + ".tmp";
+  write_safetensors(tmp, tensors, metadata);
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  TRIMKV_CHECK(!ec, Io, "cannot move '", tmp, "' to '", path, "': ", ec.message());
+}
+
 WeightStore WeightStore::open_file(const std::string& path) {
   WeightStore ws;
   ws.m_source = path;

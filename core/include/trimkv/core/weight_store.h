@@ -46,6 +46,14 @@ class WeightStore {
 // float32 copy of one tensor's data (F32, F16, BF16 supported; other dtypes -> Error{Unsupported}).
 at::Tensor tensor_to_float(const TensorInfo& info);
 
+// The float32 bytes of `t` (detached, made contiguous) as a tensor to write under `name`.
+TensorToWrite float_tensor_to_write(const std::string& name, const at::Tensor& t);
+
+// write_safetensors() to `path`.tmp, then renamed over `path` (a reader never sees half a file).
+// Error{Io} naming the file.
+void write_safetensors_atomic(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
 std::string shape_to_string(const std::vector<int64_t>& shape);
 
 }  // namespace trimkv
