@@ -1,5 +1,8 @@
 #include "args.h"
 
+#include "trimkv/core/default_model.h"
+
+#include <cstdio>
 #include <sstream>
 
 namespace trimkv::cli {
@@ -89,6 +92,16 @@ std::string Args::usage(const std::string& command, const std::string& summary,
        << (s.repeatable ? " (repeatable)" : "") << "\n";
   }
   return os.str();
+}
+
+std::string Args::model_dir() const { return has("model") ? get("model") : default_model_dir(); }
+
+std::string format_duration(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
+  return buf;
 }
 
 }  // namespace trimkv::cli

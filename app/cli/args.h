@@ -32,6 +32,8 @@ class Args {
   int get_int(const std::string& name, int fallback) const;
   double get_double(const std::string& name, double fallback) const;
   bool flag(const std::string& name) const { return has(name); }
+  // --model, or the embedded demo model when it is not given.
+  std::string model_dir() const;
 
   static std::string usage(const std::string& command, const std::string& summary,
                            const std::vector<OptionSpec>& specs);
@@ -40,5 +42,8 @@ class Args {
   std::string m_command;
   std::map<std::string, std::vector<std::string>> m_values;
 };
+
+// "12m05s" / "1h02m" for progress lines.
+std::string format_duration(double seconds);
 
 }  // namespace trimkv::cli

@@ -35,7 +35,7 @@ std::string trim(const std::string& s) {
 
 int cmd_chat(int argc, char** argv, int first) {
   std::vector<OptionSpec> specs = {
-      {"model", "DIR", "vision-language checkpoint folder"},
+      {"model", "DIR", "vision-language checkpoint folder (default: the embedded demo model)"},
       {"max-new-tokens", "N", "tokens per answer at most (default 256)"},
       {"temperature", "T", "sampling temperature; 0 = greedy (default 0)"},
       {"top-k", "K", "keep the K most likely tokens (0 = off)"},
@@ -56,7 +56,7 @@ int cmd_chat(int argc, char** argv, int first) {
                  "last /reset).\n";
     return 0;
   }
-  const std::string model = args.require("model");
+  const std::string model = args.model_dir();
   GenerationParams params;
   params.max_new_tokens = args.get_int("max-new-tokens", 256);
   params.sampling.temperature = static_cast<float>(args.get_double("temperature", 0.0));

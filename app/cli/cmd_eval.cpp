@@ -21,7 +21,7 @@ namespace trimkv::cli {
 int cmd_eval(int argc, char** argv, int first) {
   namespace w = vision::world;
   std::vector<OptionSpec> specs = {
-      {"model", "DIR", "vision-language checkpoint folder"},
+      {"model", "DIR", "vision-language checkpoint folder (default: the embedded demo model)"},
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"limit", "N", "evaluate the first N conversations only"},
       {"history", "gold|model", "answers kept in the conversation: the expected ones (default) or the model's"},
@@ -46,7 +46,7 @@ int cmd_eval(int argc, char** argv, int first) {
               << policy_help();
     return 0;
   }
-  const std::string model = args.require("model");
+  const std::string model = args.model_dir();
   const std::string data = args.require("data");
   const int limit = eval_limit(args);
   EvalRunOptions run = eval_run_options(args, data);

@@ -130,7 +130,7 @@ void write_plot(const std::string& path, const std::vector<Row>& rows) {
 int cmd_eval_sweep(int argc, char** argv, int first) {
   namespace w = vision::world;
   const std::vector<OptionSpec> specs = {
-      {"model", "DIR", "vision-language checkpoint folder"},
+      {"model", "DIR", "vision-language checkpoint folder (default: the embedded demo model)"},
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them)"},
       {"budgets", "B,...", "KV budgets: fractions of the full cache's peak entries (0.25) and/or entries (512)"},
@@ -152,7 +152,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
                              specs);
     return 0;
   }
-  const std::string model = args.require("model");
+  const std::string model = args.model_dir();
   const std::string data = args.require("data");
   const std::vector<std::string> policies = split(args.require("policies"), ',');
   if (policies.empty()) throw UsageError("option '--policies' names no policy");

@@ -40,7 +40,7 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 
 int cmd_generate(int argc, char** argv, int first) {
   std::vector<OptionSpec> specs = {
-      {"model", "DIR", "checkpoint folder"},
+      {"model", "DIR", "checkpoint folder (default: the embedded demo model)"},
       {"prompt", "T", "prompt text (tokenized with the model's tokenizer)"},
       {"prompt-ids", "1,2,3", "prompt as comma-separated token ids"},
       {"image", "FILE", "image for the next <image> in the prompt (repeatable; with no <image> in the "
@@ -67,7 +67,7 @@ int cmd_generate(int argc, char** argv, int first) {
               << policy_help();
     return 0;
   }
-  const std::string model = args.require("model");
+  const std::string model = args.model_dir();
   if (args.has("prompt") == args.has("prompt-ids"))
     throw UsageError("give exactly one of --prompt and --prompt-ids");
   GenerationParams params;

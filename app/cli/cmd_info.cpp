@@ -10,7 +10,7 @@ namespace trimkv::cli {
 
 int cmd_info(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
-      {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json)"},
+      {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) (default: the embedded demo model)"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
   };
@@ -19,7 +19,7 @@ int cmd_info(int argc, char** argv, int first) {
     std::cout << Args::usage("info", "Describe a checkpoint: architecture, sizes, dtype.", specs);
     return 0;
   }
-  const std::string dir = args.require("model");
+  const std::string dir = args.model_dir();
   // Vision-language checkpoints load through the VLM family registry; others as text models.
   std::unique_ptr<vision::ChatEngine> vlm;
   if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir);

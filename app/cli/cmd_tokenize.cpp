@@ -9,7 +9,7 @@ namespace trimkv::cli {
 
 int cmd_tokenize(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
-      {"model", "DIR", "checkpoint folder with tokenizer.json"},
+      {"model", "DIR", "checkpoint folder with tokenizer.json (default: the embedded demo model)"},
       {"text", "T", "text to tokenize"},
       {"no-special", "", "do not add the post-processor's special tokens (BOS...)"},
       {"tokens", "", "also print the token strings"},
@@ -20,7 +20,7 @@ int cmd_tokenize(int argc, char** argv, int first) {
     std::cout << Args::usage("tokenize", "Print the token ids of a text as JSON.", specs);
     return 0;
   }
-  const std::string model = args.require("model");
+  const std::string model = args.model_dir();
   const std::string text = args.require("text");
   auto engine = Engine::load(model);
   const auto ids = engine->tokenize(text, !args.flag("no-special"));

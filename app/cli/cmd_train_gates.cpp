@@ -19,14 +19,6 @@ namespace {
 std::atomic<bool> g_stop{false};
 extern "C" void on_sigint_train(int) { g_stop.store(true); }
 
-std::string duration(double s) {
-  const long t = static_cast<long>(s + 0.5);
-  char buf[32];
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-  else std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-  return buf;
-}
-
 }  // namespace
 
 int cmd_train_gates(int argc, char** argv, int first) {
@@ -120,7 +112,7 @@ int cmd_train_gates(int argc, char** argv, int first) {
                   "[%s%s] %lld/%lld  loss %.4f (nll %.4f kl %.4f cap %.4f)  S/M %.2f  lr %.2e  %.0f tok/s  ETA %s%s",
                   std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
                   static_cast<long long>(p.step), static_cast<long long>(p.total_steps), p.loss, p.nll, p.kl,
-                  p.cap, p.capacity_ratio, p.lr, p.tokens_per_s, duration(p.eta_s).c_str(),
+                  p.cap, p.capacity_ratio, p.lr, p.tokens_per_s, format_duration(p.eta_s).c_str(),
                   p.checkpointed ? "  [checkpoint]" : "");
     std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
   };

@@ -13,5 +13,6 @@ int cmd_make_world(int argc, char** argv, int first);
 int cmd_train_tokenizer(int argc, char** argv, int first);
 int cmd_eval(int argc, char** argv, int first);
 int cmd_eval_sweep(int argc, char** argv, int first);
+int cmd_train_demo(int argc, char** argv, int first);
 
 }  // namespace trimkv::cli

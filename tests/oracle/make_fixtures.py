@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|demo ...]"""
 import sys
 from pathlib import Path
 
@@ -23,6 +23,9 @@ def main(argv):
     if "vlm" in parts:  # after "tokenizers": it derives its tokenizer from the smollm2 one
         import vlm_fixtures
         vlm_fixtures.main(DATA)
+    if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
+        import demo_fixtures
+        demo_fixtures.main(DATA)
 
 
 if __name__ == "__main__":

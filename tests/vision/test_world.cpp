@@ -194,11 +194,14 @@ TEST_CASE("world: every answer equals a brute-force recomputation from the scene
       const std::string text = t.at("text");
       INFO(text);
       const size_t n_new = count_placeholders(text);
-      // Placeholders come first, then the question (which holds none).
-      REQUIRE(text.substr(0, n_new * 7) == [&] { std::string s; for (size_t k = 0; k < n_new; ++k) s += "<image>"; return s; }());
+      // Labelled placeholders come first ("Image k:<image>", k counting over the conversation),
+      // then the question (which holds none).
+      std::string labels;
+      for (size_t k = 0; k < n_new; ++k) labels += "Image " + std::to_string(n_shown + k + 1) + ":<image>";
+      REQUIRE(text.substr(0, labels.size()) == labels);
       n_shown += n_new;
       REQUIRE(n_shown >= 1);
-      const std::string question = text.substr(n_new * 7);
+      const std::string question = text.substr(labels.size());
       // A plain (not "In image k", not multi-image) question is asked only of a turn's single image.
       const auto [expected, type] = answer(question, scenes, n_shown);
       if (type.rfind("in_image_", 0) != 0 && type != "more_shape" && type != "total_shape") REQUIRE(n_new == 1);

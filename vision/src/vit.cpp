@@ -68,6 +68,18 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
   return layers;
 }
 
+at::Tensor vit_block_batched(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg) {
+  const int64_t b = x.size(0), n = x.size(1), d = cfg.hidden_size, nh = cfg.n_head, hd = cfg.head_dim();
+  at::Tensor h = at::layer_norm(x, {d}, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
+  at::Tensor qkv = at::linear(h, w.w_qkv, w.b_qkv).view({b, n, 3, nh, hd}).permute({2, 0, 3, 1, 4});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  at::Tensor probs = at::softmax(at::matmul(qkv[0], qkv[1].transpose(-1, -2)) * scale, -1);  // [b, nh, n, n]
+  at::Tensor attn = at::matmul(probs, qkv[2]).permute({0, 2, 1, 3}).reshape({b, n, d});
+  at::Tensor y = x + at::linear(attn, w.w_o, w.b_o);
+  at::Tensor m = at::layer_norm(y, {d}, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
+  return y + at::linear(activation(at::linear(m, w.w_fc1, w.b_fc1), cfg.hidden_act), w.w_fc2, w.b_fc2);
+}
+
 at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg,
                      VitAttentionStats* stats) {
   const int64_t n = x.size(0), d = cfg.hidden_size, nh = cfg.n_head, hd = cfg.head_dim();
@@ -111,6 +123,14 @@ at::Tensor patch_embed(const at::Tensor& pixels, const at::Tensor& w_flat, const
   // [C, g, p, g, p] -> [g, g, C, p, p]: one row per patch, in the conv weight's (c, kh, kw) order.
   at::Tensor patches = pixels.reshape({c, g, p, g, p}).permute({1, 3, 0, 2, 4}).reshape({g * g, c * p * p});
   return kernels::linear_auto(patches.contiguous(), w_flat, b);
+}
+
+at::Tensor patch_embed_batched(const at::Tensor& pixels, const at::Tensor& w_flat, const at::Tensor& b,
+                               int64_t p) {
+  const int64_t n = pixels.size(0), c = pixels.size(1), s = pixels.size(2), g = s / p;
+  TRIMKV_ASSERT(pixels.size(3) == s && s % p == 0);
+  at::Tensor patches = pixels.reshape({n, c, g, p, g, p}).permute({0, 2, 4, 1, 3, 5}).reshape({n, g * g, c * p * p});
+  return at::linear(patches, w_flat, b);
 }
 
 at::Tensor bucketed_position_ids(int64_t n_h, int64_t n_w, int64_t max_h, int64_t max_w, int64_t side) {

@@ -59,6 +59,16 @@ int64_t int_field(const json& j, const char* key, int64_t fallback, const std::s
   return v;
 }
 
+}  // namespace
+
+std::string idefics3_user_turn_open(bool first, bool image_first) {
+  return std::string(first ? kConversationStart : "") + "User" + (image_first ? ":" : ": ");
+}
+std::string idefics3_user_turn_close() { return std::string(kEndOfUtterance) + kGenerationPrompt; }
+std::string idefics3_answer_text(const std::string& answer) { return " " + answer + kEndOfUtterance; }
+
+namespace {
+
 class Idefics3Encoder final : public TurnEncoder {
  public:
   Idefics3Encoder(std::string dir, std::shared_ptr<Tokenizer> tok, std::shared_ptr<Idefics3Vision> vision,
@@ -71,9 +81,8 @@ class Idefics3Encoder final : public TurnEncoder {
                           const ImageTokenReducer& reduce) const override {
     TRIMKV_CHECK(!content.empty(), Input, "an empty user message");
     const bool image_first = content.front().kind == ContentPart::Kind::Image;
-    const std::string before = std::string(first ? kConversationStart : "") + "User" + (image_first ? ":" : ": ");
-    return encode(content, before, std::string(kEndOfUtterance) + kGenerationPrompt, first_image_id, images,
-                  cancel, reduce);
+    return encode(content, idefics3_user_turn_open(first, image_first), idefics3_user_turn_close(), first_image_id,
+                  images, cancel, reduce);
   }
   StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
                            std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
@@ -81,7 +90,7 @@ class Idefics3Encoder final : public TurnEncoder {
     return encode(content, "", "", first_image_id, images, cancel, reduce);
   }
   std::vector<int32_t> assistant_turn(const std::string& text) const override {
-    return m_tok->encode(" " + text + kEndOfUtterance);
+    return m_tok->encode(idefics3_answer_text(text));
   }
   std::vector<int32_t> close_assistant_turn() const override { return m_tok->encode(kEndOfUtterance); }
 
@@ -410,6 +419,19 @@ at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<boo
     out.push_back(at::layer_norm(x, {v.hidden_size}, m_w.post_ln_w, m_w.post_ln_b, v.layer_norm_eps));
   }
   return at::stack(out);
+}
+
+at::Tensor Idefics3Vision::tower_batched(const at::Tensor& pixels) const {
+  const VitConfig& v = m_cfg.vision;
+  TRIMKV_CHECK(pixels.dim() == 4 && pixels.size(1) == v.n_channels && pixels.size(2) == v.image_size &&
+                   pixels.size(3) == v.image_size,
+               Input, "vision tower input must be [N, ", v.n_channels, ", ", v.image_size, ", ",
+               v.image_size, "]");
+  const int64_t g = v.patches_per_side();
+  const at::Tensor pos = at::embedding(m_w.pos_embed, bucketed_position_ids(g, g, g, g, g));  // [g*g, D]
+  at::Tensor x = patch_embed_batched(pixels, m_w.patch_w, m_w.patch_b, v.patch_size) + pos;
+  for (const auto& layer : m_w.layers) x = vit_block_batched(x, layer, v);
+  return at::layer_norm(x, {v.hidden_size}, m_w.post_ln_w, m_w.post_ln_b, v.layer_norm_eps);
 }
 
 at::Tensor Idefics3Vision::connector(const at::Tensor& hidden) const {

@@ -1,5 +1,6 @@
 // Conversations: images spread over user turns, one question per turn, later turns asking about
 // earlier images; their JSONL form and their chat-template text.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +11,42 @@
 #include "world/world_internal.h"
 
 namespace trimkv::vision::world {
+
+namespace {
+
+// The question of a turn that shows `new_images` (0-based, possibly none) after n_before earlier
+// images: about the one image of this turn (plain templates), image k of those shown so far
+// ("In image k, ..."; earlier turns' images preferred), or all of them.
+QuestionAnswer turn_question(Rng& rng, const std::vector<Scene>& scenes, const std::vector<int>& new_images,
+                             int n_before, int n_shown) {
+  enum { kPlain, kPrefixed, kMulti };
+  std::vector<double> weights = {new_images.size() == 1 ? 2.0 : 0.0, 2.0, n_shown >= 2 ? 1.0 : 0.0};
+  QuestionAnswer qa;
+  for (;;) {
+    const size_t kind = rng.weighted(weights);
+    if (kind == kPlain) {
+      qa = single_image_question(rng, scenes[new_images[0]]);
+      qa.about = {new_images[0]};
+      return qa;
+    }
+    if (kind == kPrefixed) {
+      const int k = n_before > 0 && rng.bernoulli(0.6) ? static_cast<int>(rng.index(n_before))
+                                                       : static_cast<int>(rng.index(n_shown));
+      qa = single_image_question(rng, scenes[k]);
+      qa.text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(qa.text[0])));
+      qa.text = "In image " + std::to_string(k + 1) + ", " + qa.text;
+      qa.type = "in_image_" + qa.type;
+      qa.about = {k};
+      return qa;
+    }
+    if (multi_image_question(rng, scenes, n_shown, qa)) return qa;
+    weights[kMulti] = 0;
+  }
+}
+
+}  // namespace
+
+std::string image_label(int k) { return "Image " + std::to_string(k + 1) + ":"; }
 
 uint64_t split_seed(uint64_t seed, Split split) {
   TRIMKV_CHECK(seed <= kMaxSeed, Input, "seed ", seed, " is too large (at most ", kMaxSeed, ")");
@@ -41,36 +78,61 @@ Conversation make_conversation(uint64_t seed, Split split, int64_t index, const 
     Turn turn;
     const int n_before = n_shown;
     for (int i = 0; i < per_turn[t]; ++i) turn.new_images.push_back(n_shown++);
-    // What the question is about: the one image of this turn (plain templates), image k of
-    // those shown so far ("In image k, ..."; earlier turns' images preferred), or all of them.
-    enum { kPlain, kPrefixed, kMulti };
-    std::vector<double> weights = {turn.new_images.size() == 1 ? 2.0 : 0.0, 2.0, n_shown >= 2 ? 1.0 : 0.0};
-    QuestionAnswer qa;
-    for (;;) {
-      const size_t kind = rng.weighted(weights);
-      if (kind == kPlain) {
-        qa = single_image_question(rng, conv.scenes[turn.new_images[0]]);
-        qa.about = {turn.new_images[0]};
-        break;
-      }
-      if (kind == kPrefixed) {
-        const int k = n_before > 0 && rng.bernoulli(0.6) ? static_cast<int>(rng.index(n_before))
-                                                         : static_cast<int>(rng.index(n_shown));
-        qa = single_image_question(rng, conv.scenes[k]);
-        qa.text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(qa.text[0])));
-        qa.text = "In image " + std::to_string(k + 1) + ", " + qa.text;
-        qa.type = "in_image_" + qa.type;
-        qa.about = {k};
-        break;
-      }
-      if (multi_image_question(rng, conv.scenes, n_shown, qa)) break;
-      weights[kMulti] = 0;
-    }
-    for (size_t i = 0; i < turn.new_images.size(); ++i) turn.text += kImageToken;
+    const QuestionAnswer qa = turn_question(rng, conv.scenes, turn.new_images, n_before, n_shown);
+    // Each image is labelled with its number, so that "image k" can be found by reading.
+    for (int k : turn.new_images) turn.text += image_label(k) + kImageToken;
     turn.text += qa.text;
     turn.answer = qa.answer;
     turn.type = qa.type;
     turn.about = qa.about;
+    conv.turns.push_back(std::move(turn));
+  }
+  return conv;
+}
+
+std::string describe_scene(const Scene& scene) {
+  std::vector<const Object*> order;
+  for (const Object& o : scene.objects) order.push_back(&o);
+  std::sort(order.begin(), order.end(), [](const Object* a, const Object* b) {
+    return a->cy != b->cy ? a->cy < b->cy : a->cx < b->cx;
+  });
+  const double mid = (scene.image_size - 1) / 2.0;
+  std::string text;
+  for (const Object* o : order) {
+    if (!text.empty()) text += ", ";
+    text += std::string(size_name(o->size)) + " " + color_name(o->color) + " " + shape_name(o->shape) +
+            (o->cy < mid ? " top" : " bottom") + (o->cx < mid ? " left" : " right");
+  }
+  return text;
+}
+
+Conversation make_training_conversation(uint64_t seed, int64_t index, const WorldOptions& options,
+                                        const TrainingExtras& extras) {
+  TRIMKV_CHECK(extras.max_extra_turns >= 0 && extras.describe_probability >= 0 && extras.describe_probability <= 1,
+               Input, "training extras: max_extra_turns must be >= 0 and describe_probability in [0, 1]");
+  Conversation conv = make_conversation(seed, Split::Train, index, options);
+  const uint64_t stream = split_seed(seed, Split::Train);
+  // A stream of its own, so the base conversation stays what make_conversation gives.
+  Rng rng({static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32),
+           static_cast<uint32_t>(static_cast<uint64_t>(index)),
+           static_cast<uint32_t>(static_cast<uint64_t>(index) >> 32) ^ 0x5eedu});
+  const int n = static_cast<int>(conv.scenes.size());
+  const int n_extra = static_cast<int>(rng.uniform_int(0, extras.max_extra_turns));
+  for (int e = 0; e < n_extra; ++e) {
+    Turn turn;
+    if (rng.bernoulli(extras.describe_probability)) {
+      const int k = static_cast<int>(rng.index(n));
+      turn.text = "Describe image " + std::to_string(k + 1) + ".";
+      turn.answer = describe_scene(conv.scenes[k]);
+      turn.type = "describe";
+      turn.about = {k};
+    } else {
+      const QuestionAnswer qa = turn_question(rng, conv.scenes, {}, n, n);
+      turn.text = qa.text;
+      turn.answer = qa.answer;
+      turn.type = qa.type;
+      turn.about = qa.about;
+    }
     conv.turns.push_back(std::move(turn));
   }
   return conv;

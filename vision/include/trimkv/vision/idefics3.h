@@ -55,6 +55,14 @@ Idefics3Tiles idefics3_preprocess(const RgbImage& image, const Idefics3Processor
 // The text an <image> placeholder expands to (Idefics3Processor.replace_image_token).
 std::string idefics3_image_prompt(int rows, int cols, int image_seq_len);
 
+// The SmolVLM chat template around a user message and an answer, as the encoder lays them out:
+// open ("<|im_start|>" when first, then "User:" or "User: " unless the content starts with an
+// image) + content + close ("<end_of_utterance>\nAssistant:"), then the answer text
+// (" " + answer + "<end_of_utterance>\n").
+std::string idefics3_user_turn_open(bool first, bool image_first);
+std::string idefics3_user_turn_close();
+std::string idefics3_answer_text(const std::string& answer);
+
 // Ids of the structural tokens, looked up in the tokenizer.
 struct Idefics3TokenIds {
   int32_t image = -1, fake = -1, global = -1;
@@ -100,6 +108,8 @@ class Idefics3Vision {
   // encoder layer's attention statistics over its (S/p)^2 patches.
   at::Tensor tower(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr,
                    std::vector<VitAttentionStats>* last_layer = nullptr) const;
+  // tower() for all N tiles at once in plain differentiable ATen ops (training), no cancel/stats.
+  at::Tensor tower_batched(const at::Tensor& pixels) const;
   // [N, (S/p)^2, D] -> [N, image_seq_len, text_hidden]
   at::Tensor connector(const at::Tensor& hidden) const;
   at::Tensor encode(const at::Tensor& pixels, const std::atomic<bool>* cancel = nullptr) const {
@@ -124,6 +134,7 @@ class Idefics3Vision {
     at::Tensor proj;       // [text_hidden, D * s^2]
   };
   Idefics3Vision(Idefics3Config cfg, Weights w);
+  const Weights& weights() const { return m_w; }
 
  private:
   Idefics3Config m_cfg;

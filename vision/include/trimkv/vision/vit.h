@@ -1,7 +1,7 @@
 // Shared building blocks of the vision towers (STYLE.md §3), written once and composed by the
 // family files: the pre-LayerNorm ViT encoder block (SigLIP, CLIP), the conv patch embedding as a
-// matmul, NaViT-style bucketed position ids, and the pixel-shuffle connector. float32, no
-// autograd needed.
+// matmul, NaViT-style bucketed position ids, and the pixel-shuffle connector. float32; the
+// batched variants are differentiable (the demo model's training).
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -71,10 +71,17 @@ struct VitAttentionStats {
 at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg,
                      VitAttentionStats* stats = nullptr);
 
+// The same block over a batch x [B, n, D] in plain differentiable ATen ops (training; no stats).
+at::Tensor vit_block_batched(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg);
+
 // Conv2d with kernel = stride = patch as a matmul. pixels: [C, S, S], weight [D, C, p, p] given
 // flattened as [D, C*p*p], bias [D] -> [(S/p)^2, D], patches row-major.
 at::Tensor patch_embed(const at::Tensor& pixels, const at::Tensor& w_flat, const at::Tensor& b,
                        int64_t patch_size);
+
+// patch_embed over a batch: pixels [N, C, S, S] -> [N, (S/p)^2, D], differentiable.
+at::Tensor patch_embed_batched(const at::Tensor& pixels, const at::Tensor& w_flat, const at::Tensor& b,
+                               int64_t patch_size);
 
 // Position ids of a patch grid whose valid region is n_h x n_w patches inside max_h x max_w
 // (NaViT-style fractional coordinates bucketed onto a side x side table, as Idefics3's

@@ -99,7 +99,7 @@ std::vector<uint8_t> render_scene(const Scene& scene);
 std::vector<std::array<double, 2>> object_polygon(const Object& object);
 
 struct Turn {
-  std::string text;    // the user's text: one "<image>" per image it shows, then the question
+  std::string text;    // the user's text: "Image k:<image>" per image it shows, then the question
   std::string answer;  // one lowercase word, a digit, "top left"-style, or "image {k}"
   std::string type;    // question type, e.g. "color_of_shape", "in_image_count_shape", "more_shape"
   std::vector<int> new_images;  // 0-based indices (into Conversation::scenes) shown in this turn
@@ -112,12 +112,32 @@ struct Conversation {
   std::vector<Turn> turns;
 };
 
+// The label written before the placeholder of image k (0-based): "Image {k+1}:".
+std::string image_label(int k);
+
 // The seed of a split's stream: 4 * seed + split, injective for seed <= kMaxSeed, so the seeds
 // of different splits never coincide, whatever seeds are passed for each split.
 uint64_t split_seed(uint64_t seed, Split split);
 
 // Conversation `index` of the split. Error{Input} for bad options or seed > kMaxSeed.
 Conversation make_conversation(uint64_t seed, Split split, int64_t index, const WorldOptions& options);
+
+// Training-only additions to a conversation (the demo model's recipe): after its turns, up to
+// max_extra_turns more (uniform count), each a "Describe image k." turn with probability
+// describe_probability (answer: describe_scene) or a question drawn as for a turn that shows no
+// new image.
+struct TrainingExtras {
+  int max_extra_turns = 0;
+  double describe_probability = 0.0;
+};
+// make_conversation(seed, Train, index, options) plus the extras, drawn from a stream of their
+// own (the base turns are exactly make_conversation's).
+Conversation make_training_conversation(uint64_t seed, int64_t index, const WorldOptions& options,
+                                        const TrainingExtras& extras);
+
+// Every object of the scene in reading order (by centre: top to bottom, then left to right), as
+// "{size} {color} {shape} {top|bottom} {left|right}" joined by ", " (the quadrant of the centre).
+std::string describe_scene(const Scene& scene);
 
 // The question types (for documentation, tests and evaluation breakdowns).
 const std::vector<std::string>& question_types();

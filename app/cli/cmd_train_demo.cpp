@@ -1,0 +1,105 @@
+// `trimkv train-demo`: trains the embedded demo VLM from scratch on the synthetic world, then its
+// DBTrimKV gates (vision/demo_training.h has the recipe).
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+
+#include "args.h"
+#include "commands.h"
+#include "trimkv/vision/demo_training.h"
+
+namespace trimkv::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint_demo(int) { g_stop.store(true); }
+
+}  // namespace
+
+int cmd_train_demo(int argc, char** argv, int first) {
+  const vision::DemoTrainOptions d;
+  const std::vector<OptionSpec> specs = {
+      {"out", "DIR", "model folder to write (training state goes to DIR/train/)"},
+      {"seed", "S", "seed of the weights and the data (default 1)"},
+      {"vision-steps", "N", "steps of the vision stage (default " + std::to_string(d.vision.steps) + ")"},
+      {"short-steps", "N", "steps of the 1-3 image chat stage (default " + std::to_string(d.chat_short.steps) + ")"},
+      {"chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")"},
+      {"vision-lr", "LR", "peak learning rate of the vision stage"},
+      {"chat-lr", "LR", "peak learning rate of the chat stages"},
+      {"gate-steps", "N", "steps of gate training (default " + std::to_string(d.gate_steps) + ")"},
+      {"no-gates", "", "skip gate training"},
+      {"val", "N", "validation conversations (default " + std::to_string(d.val_conversations) + ")"},
+      {"val-every", "N", "validate every N chat steps (default " + std::to_string(d.val_every) + ")"},
+      {"checkpoint-every", "N", "checkpoint every N steps (default " + std::to_string(d.checkpoint_every) + ")"},
+      {"resume", "", "continue from DIR/train/checkpoint.safetensors (same options)"},
+      {"threads", "N", "CPU threads (default: all cores)"},
+      {"help", "", "show this help"},
+  };
+  Args args("train-demo", specs, argc, argv, first);
+  if (args.flag("help")) {
+    std::cout << Args::usage("train-demo",
+                             "Train the demo Idefics3 model from scratch on the synthetic world (tokenizer, vision "
+                             "stage, chat stages, export, DBTrimKV gates).",
+                             specs);
+    return 0;
+  }
+  vision::DemoTrainOptions o;
+  o.out_dir = args.require("out");
+  o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
+  o.vision.steps = args.get_int("vision-steps", static_cast<int>(d.vision.steps));
+  o.chat_short.steps = args.get_int("short-steps", static_cast<int>(d.chat_short.steps));
+  o.chat.steps = args.get_int("chat-steps", static_cast<int>(d.chat.steps));
+  o.gate_steps = args.get_int("gate-steps", static_cast<int>(d.gate_steps));
+  o.vision.lr = args.get_double("vision-lr", d.vision.lr);
+  o.chat_short.lr = args.get_double("chat-lr", d.chat_short.lr);
+  o.chat.lr = o.chat_short.lr * d.chat.lr / d.chat_short.lr;
+  o.skip_gates = args.flag("no-gates");
+  o.val_conversations = args.get_int("val", static_cast<int>(d.val_conversations));
+  o.val_every = args.get_int("val-every", static_cast<int>(d.val_every));
+  o.checkpoint_every = args.get_int("checkpoint-every", static_cast<int>(d.checkpoint_every));
+  o.resume = args.flag("resume");
+  o.threads = args.get_int("threads", 0);
+  const bool tty = isatty(fileno(stderr));
+
+  g_stop.store(false);
+  std::signal(SIGINT, on_sigint_demo);
+  auto on_message = [&](const std::string& m) {
+    std::cerr << (tty ? "\r\033[K" : "") << "train-demo: " << m << "\n" << std::flush;
+  };
+  auto on_progress = [&](const vision::DemoProgress& p) {
+    constexpr int kWidth = 20;
+    const int filled = static_cast<int>(kWidth * p.step / std::max<int64_t>(1, p.total));
+    char line[400];
+    std::snprintf(line, sizeof line, "%-10s [%s%s] %lld/%lld  loss %.4f (answers %.4f, tokens %.4f)  lr %.2e  %s  ETA %s%s",
+                  p.stage.c_str(), std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                  static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss, p.answer_loss, p.aux_loss,
+                  p.lr, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
+                  p.checkpointed ? "  [checkpoint]" : "");
+    const bool val = p.val_probe_objects >= 0;
+    std::cerr << (tty ? "\r" : "") << line << (tty && !val ? "\033[K" : "\n");
+    if (p.val_accuracy >= 0)
+      std::fprintf(stderr, "train-demo: validation exact match %.3f (single-image %.3f, multi-image %.3f)\n",
+                   p.val_accuracy, p.val_single, p.val_multi);
+    if (val)
+      std::fprintf(stderr, "train-demo: visual-token probe: object cells %.3f, empty cells %.3f\n",
+                   p.val_probe_objects, p.val_probe_empty);
+    std::cerr << std::flush;
+  };
+  const vision::DemoResult r = vision::train_demo(o, on_message, on_progress, &g_stop);
+  std::signal(SIGINT, SIG_DFL);
+  if (tty) std::cerr << "\n";
+  if (r.interrupted) {
+    std::cerr << "train-demo: interrupted; checkpoint '" << r.checkpoint_path
+              << "' (continue with the same options and --resume)\n";
+    return 130;
+  }
+  std::fprintf(stderr, "train-demo: done in %s; model in '%s' (validation %.3f, single-image %.3f, multi-image %.3f)\n",
+               format_duration(r.seconds).c_str(), r.model_dir.c_str(), r.val_accuracy, r.val_single, r.val_multi);
+  return 0;
+}
+
+}  // namespace trimkv::cli

@@ -1,0 +1,108 @@
+// `trimkv train-demo`: the embedded demo model, trained from scratch on the synthetic world
+// (issue 6). One command runs the whole recipe, each stage resumable:
+//
+//   1. tokenizer  byte-level BPE (core/bpe_trainer.h) on the world's chat text;
+//   2. vision     the SigLIP tower and connector alone on dense per-token targets: for each of
+//                 the image's visual tokens (a 16x16-pixel cell at the default sizes), the colour,
+//                 shape and size of the object whose centre lies in that cell, or "none" (a linear
+//                 probe on the connector output, discarded afterwards). Single images, no LM.
+//   3. chat-short everything (tower, connector, decoder) on conversations of 1-3 images: answer
+//                 tokens (cross-entropy) + "Describe image k." captions listing every object +
+//                 the per-token targets; each conversation carries extra question turns, so one
+//                 image prefill supervises several answers;
+//   4. chat       the same on the full world (1-8 images, 1-6 turns + extras);
+//   5. export     an Idefics3 checkpoint folder transformers loads (config.json,
+//                 model.safetensors with the reference tensor names, tokenizer, chat template,
+//                 processor config);
+//   6. gates      DBTrimKV retention gates (core's gate trainer) on multi-image world
+//                 conversations, saved as retention_gates.safetensors in the folder.
+//
+// Determinism: the model's initial weights come from the seed (portable generator), the data of
+// step s of a stage from (seed, stage, s) through the world generator, so a run is reproducible
+// and a resumed run continues with the same data. Checkpoints (weights, AdamW moments, stage and
+// step) are written every checkpoint_every steps and on cancel.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace trimkv::vision {
+
+// The architecture (Idefics3: SigLIP tower, pixel shuffle, Llama decoder).
+struct DemoModelSize {
+  int image_size = 96;  // = the world's images: no resampling
+  int patch_size = 8;   // 12 x 12 patches; a small object spans ~2.6 patches
+  int scale_factor = 2; // 36 visual tokens per image
+  int vision_hidden = 128, vision_layers = 3, vision_heads = 4, vision_ffn = 384;
+  int text_hidden = 192, text_layers = 4, text_heads = 4, text_kv_heads = 2, text_ffn = 512;
+};
+
+struct DemoStage {
+  int64_t steps = 0;
+  int64_t batch = 0;    // images (vision) or conversations (chat stages) per step
+  double lr = 2e-3;
+  int max_images = 8;   // chat stages: world option
+};
+
+struct DemoTrainOptions {
+  std::string out_dir;       // the model folder is written here; train/ holds checkpoints
+  uint64_t seed = 1;
+  DemoModelSize size;
+  DemoStage vision{2400, 48, 4e-3, 1};
+  DemoStage chat_short{2000, 12, 2e-3, 3};
+  DemoStage chat{2800, 8, 1.5e-3, 8};
+  double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
+  int64_t warmup = 50;
+  double weight_decay = 0.01;
+  double clip = 1.0;
+  double aux_weight = 0.5;        // weight of the per-token targets in the chat stages
+  int max_extra_turns = 6;        // question turns added to each training conversation
+  double describe_probability = 0.25;
+  int64_t tokenizer_conversations = 3000;
+  int64_t val_conversations = 150;  // validation split, teacher-forced exact match
+  int64_t val_every = 400;          // steps; 0: only at stage ends
+  int64_t checkpoint_every = 50;
+  // Gates (train-gates on the exported model).
+  int64_t gate_steps = 150;
+  int64_t gate_batch = 4;
+  int64_t gate_conversations = 300;
+  double gate_budget = 48;          // M per head during training
+  double gate_lambda = 1.0;
+  bool skip_gates = false;
+  bool resume = false;
+  int threads = 0;                  // 0: every hardware thread
+};
+
+struct DemoProgress {
+  std::string stage;        // "tokenizer", "vision", "chat-short", "chat", "export", "gates"
+  int64_t step = 0, total = 0;
+  double loss = 0;          // total loss of the step
+  double answer_loss = 0;   // cross-entropy of the answer tokens (chat stages)
+  double aux_loss = 0;      // per-token targets
+  double lr = 0;
+  double elapsed_s = 0;     // since this run started
+  double eta_s = 0;         // for the remaining stages of this run (estimate)
+  double val_accuracy = -1; // set when a validation ran at this step
+  double val_single = -1, val_multi = -1;  // on conversations with one image / several images
+  double val_probe_objects = -1;  // probe: object-centre cells with colour, shape and size right
+  double val_probe_empty = -1;    // probe: empty cells predicted empty
+  bool checkpointed = false;
+};
+
+struct DemoResult {
+  std::string model_dir;
+  double val_accuracy = -1, val_single = -1, val_multi = -1;
+  double seconds = 0;
+  bool interrupted = false;
+  std::string checkpoint_path;
+};
+
+// Runs (or, with options.resume, continues) the recipe. Messages (stage starts, warnings) go to
+// on_message. Error{Input} for bad options (naming them), Error{Io} for an unwritable folder.
+DemoResult train_demo(const DemoTrainOptions& options, const std::function<void(const std::string&)>& on_message,
+                      const std::function<void(const DemoProgress&)>& on_progress,
+                      const std::atomic<bool>* cancel = nullptr);
+
+}  // namespace trimkv::vision

@@ -1,0 +1,139 @@
+// Training data of the demo model: world conversations laid out as the Session lays them out,
+// their images as the processor makes them, and the per-token targets of the vision stage.
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "demo/demo_internal.h"
+#include "trimkv/core/conversation_types.h"
+#include "trimkv/core/error.h"
+
+namespace trimkv::vision::demo {
+
+DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc)
+    : m_tok(tok), m_size(size), m_proc(proc) {
+  m_side = size.image_size / size.patch_size / size.scale_factor;
+  m_seq = m_side * m_side;
+  m_image_id = tok.token_to_id(kImagePlaceholder);
+  TRIMKV_CHECK(m_image_id >= 0, Config, "the demo tokenizer lacks '", kImagePlaceholder, "'");
+  m_close = tok.encode(idefics3_answer_text("").substr(1), false);
+}
+
+at::Tensor DemoData::scene_pixels(const world::Scene& scene) const {
+  RgbImage img;
+  img.width = img.height = scene.image_size;
+  img.data = world::render_scene(scene);
+  return idefics3_preprocess(img, m_proc).pixels;  // [1, 3, S, S]
+}
+
+at::Tensor DemoData::scene_targets(const world::Scene& scene) const {
+  at::Tensor t = at::zeros({m_seq, 3}, at::kLong);
+  auto acc = t.accessor<int64_t, 2>();
+  // The model sees the scene resized to image_size: a token's cell is image_size / side pixels
+  // of it, i.e. scene.image_size / side of the scene. Pixel centres are integers, the image
+  // spans [-0.5, S - 0.5].
+  const double cell = static_cast<double>(scene.image_size) / static_cast<double>(m_side);
+  for (const world::Object& o : scene.objects) {
+    const int64_t col = std::clamp<int64_t>(static_cast<int64_t>(std::floor((o.cx + 0.5) / cell)), 0, m_side - 1);
+    const int64_t row = std::clamp<int64_t>(static_cast<int64_t>(std::floor((o.cy + 0.5) / cell)), 0, m_side - 1);
+    const int64_t k = row * m_side + col;
+    if (acc[k][0] != 0) continue;  // two centres in one cell (rare): the first object keeps it
+    acc[k][0] = 1 + static_cast<int64_t>(o.color);
+    acc[k][1] = 1 + static_cast<int64_t>(o.shape);
+    acc[k][2] = 1 + static_cast<int64_t>(o.size);
+  }
+  return t;
+}
+
+namespace {
+
+// Whether the drawn object covers point (x, y) (circle: the disc; polygons: even-odd rule).
+bool covers(const world::Object& o, double x, double y) {
+  const auto poly = world::object_polygon(o);
+  if (poly.empty()) return (x - o.cx) * (x - o.cx) + (y - o.cy) * (y - o.cy) <= o.radius * o.radius;
+  bool inside = false;
+  for (size_t i = 0, j = poly.size() - 1; i < poly.size(); j = i++) {
+    const double xi = poly[i][0], yi = poly[i][1], xj = poly[j][0], yj = poly[j][1];
+    if ((yi > y) != (yj > y) && x < (xj - xi) * (y - yi) / (yj - yi) + xi) inside = !inside;
+  }
+  return inside;
+}
+
+}  // namespace
+
+at::Tensor DemoData::scene_patch_targets(const world::Scene& scene) const {
+  const int64_t g = m_size.image_size / m_size.patch_size;
+  at::Tensor t = at::zeros({g * g, 2}, at::kLong);
+  auto acc = t.accessor<int64_t, 2>();
+  const double cell = static_cast<double>(scene.image_size) / static_cast<double>(g);
+  for (int64_t r = 0; r < g; ++r)
+    for (int64_t c = 0; c < g; ++c) {
+      const double x = (c + 0.5) * cell - 0.5, y = (r + 0.5) * cell - 0.5;
+      for (const world::Object& o : scene.objects)
+        if (covers(o, x, y)) {
+          acc[r * g + c][0] = 1 + static_cast<int64_t>(o.color);
+          acc[r * g + c][1] = 1 + static_cast<int64_t>(o.shape);
+          break;
+        }
+    }
+  return t;
+}
+
+void DemoData::add_images(const std::vector<world::Scene>& scenes, Images& images) const {
+  for (const world::Scene& s : scenes) {
+    images.pixels.push_back(scene_pixels(s));
+    images.targets.push_back(scene_targets(s).unsqueeze(0));
+    images.patch_targets.push_back(scene_patch_targets(s).unsqueeze(0));
+  }
+}
+
+void DemoData::finish(Images& images, DemoBatch& batch) {
+  if (images.pixels.empty()) return;
+  batch.pixels = at::cat(images.pixels, 0);
+  batch.aux_targets = at::cat(images.targets, 0);
+  batch.patch_targets = at::cat(images.patch_targets, 0);
+}
+
+DemoSequence DemoData::layout(const world::Conversation& conv, Images& images) const {
+  DemoSequence seq;
+  seq.first_image = static_cast<int64_t>(images.pixels.size());
+  seq.n_images = static_cast<int64_t>(conv.scenes.size());
+  seq.n_scene_images = static_cast<int>(conv.scenes.size());
+  add_images(conv.scenes, images);
+  const std::string image_prompt = idefics3_image_prompt(0, 0, static_cast<int>(m_seq));
+  const std::string placeholder = kImagePlaceholder;
+  for (size_t k = 0; k < conv.turns.size(); ++k) {
+    const world::Turn& turn = conv.turns[k];
+    std::string text = idefics3_user_turn_open(k == 0, turn.text.rfind(placeholder, 0) == 0);
+    for (size_t at = 0;;) {  // the turn's text with each placeholder expanded
+      const size_t next = turn.text.find(placeholder, at);
+      text += turn.text.substr(at, next == std::string::npos ? std::string::npos : next - at);
+      if (next == std::string::npos) break;
+      text += image_prompt;
+      at = next + placeholder.size();
+    }
+    text += idefics3_user_turn_close();
+    for (int32_t id : m_tok.encode(text, false)) {
+      if (id == m_image_id) seq.image_pos.push_back(static_cast<int64_t>(seq.ids.size()));
+      seq.ids.push_back(id);
+    }
+    const std::vector<int32_t> answer = m_tok.encode(idefics3_answer_text(turn.answer), false);
+    TRIMKV_ASSERT(answer.size() > m_close.size(), "demo data: the answer '", turn.answer, "' has no token");
+    const size_t n_label = answer.size() - m_close.size() + 1;  // the answer and its end of utterance
+    for (size_t i = 0; i < answer.size(); ++i) {
+      if (i < n_label) {
+        seq.label_pos.push_back(static_cast<int64_t>(seq.ids.size()) - 1);
+        seq.label_tgt.push_back(answer[i]);
+        seq.label_turn.push_back(static_cast<int32_t>(k));
+      }
+      seq.ids.push_back(answer[i]);
+    }
+    seq.turn_type.push_back(turn.type);
+  }
+  TRIMKV_ASSERT(static_cast<int64_t>(seq.image_pos.size()) == seq.n_images * m_seq,
+                "demo data: conversation ", conv.id, " has ", seq.image_pos.size(), " image tokens for ",
+                seq.n_images, " images");
+  return seq;
+}
+
+}  // namespace trimkv::vision::demo

@@ -1,0 +1,133 @@
+// Pieces of the demo model's training shared by its source files (not public API).
+#pragma once
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "trimkv/core/adamw.h"
+#include "trimkv/core/model_config.h"
+#include "trimkv/core/text_decoder.h"
+#include "trimkv/core/tokenizer.h"
+#include "trimkv/vision/demo_training.h"
+#include "trimkv/vision/idefics3.h"
+#include "trimkv/vision/world.h"
+
+namespace trimkv::vision::demo {
+
+// Per visual token, the object whose centre lies in its cell: colour 0 (none) or 1 + Color,
+// shape 0 or 1 + Shape, size 0 or 1 + ObjectSize.
+inline constexpr int kAuxColors = 1 + world::kNumColors;
+inline constexpr int kAuxShapes = 1 + world::kNumShapes;
+inline constexpr int kAuxSizes = 1 + world::kNumSizes;
+inline constexpr int kAuxOutputs = kAuxColors + kAuxShapes + kAuxSizes;
+// Per patch of the tower (before the pixel shuffle), the object covering the patch's centre
+// pixel: colour and shape classes as above. Local, dense evidence of shape for the tower.
+inline constexpr int kPatchOutputs = kAuxColors + kAuxShapes;
+
+// The ids the model files name.
+struct SpecialIds {
+  int32_t bos = -1, eos = -1, pad = -1, image = -1;
+  static SpecialIds from(const Tokenizer& tok);  // Error{Config} when one is missing
+};
+
+// --- the model (demo_model.cpp) ---------------------------------------------------------------
+
+// config.json of the demo model.
+nlohmann::json demo_config_json(const DemoModelSize& size, int64_t vocab_size, const SpecialIds& ids);
+// processor_config.json (no splitting: one tile of image_size), generation_config.json,
+// tokenizer_config.json and chat_template.jinja into `dir` (config.json and tokenizer.json are
+// written by the trainer).
+void write_demo_side_files(const std::string& dir, const DemoModelSize& size, const SpecialIds& ids);
+
+// Trainable weights, bound to the inference code's own classes (Idefics3Vision, TextDecoder):
+// the training forward is the inference forward.
+struct DemoModel {
+  Idefics3Config vcfg;
+  TextConfig tcfg;
+  std::shared_ptr<Idefics3Vision> vision;
+  std::shared_ptr<TextDecoder> decoder;
+  at::Tensor aux_w, aux_b;  // [kAuxOutputs, text_hidden], [kAuxOutputs]: the training probe
+  at::Tensor patch_w, patch_b;  // [kPatchOutputs, vision_hidden], [kPatchOutputs]: patch probe
+  std::vector<NamedParameter> vision_params;  // tower + connector + probe
+  std::vector<NamedParameter> text_params;    // decoder
+};
+// Fresh weights from `seed` (N(0, 0.02) matrices and embeddings, zero biases, unit norms), for
+// the config at `config_path`.
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed);
+// Every exported tensor under its reference (transformers) name, as a view of the model's own
+// tensors (fused q/k/v and gate/up split by narrowing): the one naming table of export and import.
+std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const DemoModel& model);
+// model.safetensors with the reference names.
+void write_demo_weights(const DemoModel& model, const std::string& path);
+// The inverse: copies an exported model.safetensors into `model` (Error naming a missing tensor
+// or a shape that differs).
+void load_demo_weights(DemoModel& model, const std::string& path);
+
+// --- data (demo_data.cpp) ---------------------------------------------------------------------
+
+struct DemoSequence {
+  std::vector<int64_t> ids;
+  std::vector<int64_t> image_pos;   // positions of the <image> tokens, in order
+  int64_t first_image = 0;          // index of its first image in the batch's images
+  int64_t n_images = 0;
+  std::vector<int64_t> label_pos;   // positions whose next token is a label
+  std::vector<int64_t> label_tgt;   // that next token
+  std::vector<int32_t> label_turn;  // the turn each label belongs to
+  std::vector<std::string> turn_type;  // per turn
+  int n_scene_images = 0;           // images in the conversation
+};
+
+struct DemoBatch {
+  at::Tensor pixels;       // [N, 3, S, S] every image of the batch
+  at::Tensor aux_targets;  // [N, seq, 3] int64: colour, shape, size classes
+  at::Tensor patch_targets;  // [N, patches, 2] int64: colour, shape classes
+  std::vector<DemoSequence> seqs;
+};
+
+class DemoData {
+ public:
+  DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc);
+  // Pixels and per-token targets of scenes, appended to `pixels` / `targets`.
+  struct Images {
+    std::vector<at::Tensor> pixels, targets, patch_targets;
+  };
+  void add_images(const std::vector<world::Scene>& scenes, Images& images) const;
+  // A conversation laid out as Session would (chat template, image expansion), labels on the
+  // answers and their end-of-utterance token; its images appended.
+  DemoSequence layout(const world::Conversation& conv, Images& images) const;
+  // Pixel tensor of one scene, exactly as the processor makes it from the PNG: [1, 3, S, S].
+  at::Tensor scene_pixels(const world::Scene& scene) const;
+  at::Tensor scene_targets(const world::Scene& scene) const;  // [seq, 3]
+  at::Tensor scene_patch_targets(const world::Scene& scene) const;  // [patches, 2]
+  // The batch tensors of `images` (pixels, targets, patch targets) into `batch`.
+  static void finish(Images& images, DemoBatch& batch);
+  int64_t image_seq_len() const { return m_seq; }
+
+ private:
+  const Tokenizer& m_tok;
+  DemoModelSize m_size;
+  Idefics3ProcessorConfig m_proc;
+  int64_t m_seq = 0, m_side = 0;
+  int32_t m_image_id = -1;
+  std::vector<int32_t> m_close;
+};
+
+// --- the loss (demo_trainer.cpp uses it for training and validation) --------------------------
+
+struct BatchLoss {
+  at::Tensor answer;   // CE of the answers: per turn the mean over its tokens, then the mean over turns
+  at::Tensor aux;      // mean CE of the per-token targets (sum of the three heads) + patch targets
+  int64_t n_turns = 0, n_correct = 0;                 // teacher-forced exact match per turn
+  int64_t n_single = 0, c_single = 0, n_multi = 0, c_multi = 0;
+  int64_t n_object_cells = 0, c_object_cells = 0, n_empty_cells = 0, c_empty_cells = 0;  // the probe
+};
+// Logits [n_label, vocab] at a sequence's label positions, from the batch's visual tokens
+// feats [N, seq, hidden] (connector output) and its token ids, through the dense decoder.
+at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats, const DemoSequence& seq);
+// Forward over a batch (tower once for all images, then each sequence through the decoder).
+BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers);
+
+}  // namespace trimkv::vision::demo

@@ -1,0 +1,450 @@
+// train_demo (demo_training.h): the stages, checkpoints and progress of the demo model's recipe.
+#include <ATen/ATen.h>
+#include <ATen/core/Reduction.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+
+#include <chrono>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+
+#include "demo/demo_internal.h"
+#include "trimkv/core/bpe_trainer.h"
+#include "trimkv/core/error.h"
+#include "trimkv/core/gate_training.h"
+#include "trimkv/core/weight_store.h"
+#include "trimkv/vision/gate_training_media.h"
+#include "trimkv/vision/vlm.h"
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace trimkv::vision {
+
+namespace demo {
+
+namespace {
+
+at::Tensor class_loss(const at::Tensor& logits, const at::Tensor& targets) {
+  return at::nll_loss(at::log_softmax(logits.reshape({-1, logits.size(-1)}), -1), targets.reshape({-1}));
+}
+
+}  // namespace
+
+at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats, const DemoSequence& s) {
+  const int64_t n = static_cast<int64_t>(s.ids.size());
+  at::Tensor x = model.decoder->embed(at::tensor(s.ids, at::kLong));
+  if (s.n_images > 0)
+    x = x.index_copy(0, at::tensor(s.image_pos, at::kLong),
+                     feats.narrow(0, s.first_image, s.n_images).reshape({-1, model.tcfg.hidden_size}));
+  const at::Tensor hidden = model.decoder->forward_dense(x, at::arange(n, at::kLong));
+  return model.decoder->logits(hidden.index_select(0, at::tensor(s.label_pos, at::kLong)));
+}
+
+BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers) {
+  BatchLoss out;
+  const at::Tensor tower = model.vision->tower_batched(batch.pixels);                          // [N, P, D]
+  const at::Tensor feats = model.vision->connector(tower);                                     // [N, seq, h]
+  const at::Tensor probe = at::linear(feats, model.aux_w, model.aux_b);                        // [N, seq, K]
+  const at::Tensor patch = at::linear(tower, model.patch_w, model.patch_b);                    // [N, P, 11]
+  out.aux = class_loss(probe.narrow(-1, 0, kAuxColors), batch.aux_targets.select(-1, 0)) +
+            class_loss(probe.narrow(-1, kAuxColors, kAuxShapes), batch.aux_targets.select(-1, 1)) +
+            class_loss(probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes), batch.aux_targets.select(-1, 2)) +
+            class_loss(patch.narrow(-1, 0, kAuxColors), batch.patch_targets.select(-1, 0)) +
+            class_loss(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1));
+  {
+    // Probe accuracy: cells holding an object centre with colour, shape and size all right;
+    // empty cells predicted empty.
+    const at::Tensor pred = at::stack({probe.narrow(-1, 0, kAuxColors).argmax(-1),
+                                       probe.narrow(-1, kAuxColors, kAuxShapes).argmax(-1),
+                                       probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes).argmax(-1)},
+                                      -1);
+    const at::Tensor all_right = (pred == batch.aux_targets).all(-1);
+    const at::Tensor object = batch.aux_targets.select(-1, 0) > 0;
+    out.n_object_cells = object.sum().item<int64_t>();
+    out.c_object_cells = (all_right & object).sum().item<int64_t>();
+    out.n_empty_cells = (~object).sum().item<int64_t>();
+    out.c_empty_cells = (all_right & ~object).sum().item<int64_t>();
+  }
+  if (!want_answers || batch.seqs.empty()) return out;
+  std::vector<at::Tensor> sums;
+  int64_t n_turns = 0;
+  for (const DemoSequence& s : batch.seqs) {
+    const at::Tensor logits = sequence_label_logits(model, feats, s);
+    const at::Tensor tgt = at::tensor(s.label_tgt, at::kLong);
+    // Every turn weighs the same, however many tokens its answer has (a caption has ~20, most
+    // answers 2): each token's loss is divided by its turn's token count.
+    std::vector<float> weight(s.label_turn.size());
+    std::vector<int64_t> per_turn(s.turn_type.size(), 0);
+    for (int32_t t : s.label_turn) ++per_turn[static_cast<size_t>(t)];
+    for (size_t i = 0; i < weight.size(); ++i) weight[i] = 1.0f / static_cast<float>(per_turn[static_cast<size_t>(s.label_turn[i])]);
+    const at::Tensor ce = at::nll_loss(at::log_softmax(logits, -1), tgt, {}, at::Reduction::None);
+    sums.push_back((ce * at::tensor(weight, at::kFloat)).sum());
+    n_turns += static_cast<int64_t>(s.turn_type.size());
+    // Teacher-forced exact match per turn: every label token is the argmax.
+    const at::Tensor hit = (logits.detach().argmax(-1) == tgt).to(at::kByte).contiguous();
+    const uint8_t* hp = hit.data_ptr<uint8_t>();
+    std::vector<uint8_t> ok(s.turn_type.size(), 1);
+    for (size_t i = 0; i < s.label_turn.size(); ++i) ok[static_cast<size_t>(s.label_turn[i])] &= hp[i];
+    for (size_t k = 0; k < ok.size(); ++k) {
+      ++out.n_turns;
+      out.n_correct += ok[k];
+      if (s.n_scene_images == 1) ++out.n_single, out.c_single += ok[k];
+      else ++out.n_multi, out.c_multi += ok[k];
+    }
+  }
+  out.answer = at::stack(sums).sum() / static_cast<double>(std::max<int64_t>(1, n_turns));
+  return out;
+}
+
+}  // namespace demo
+
+namespace {
+
+using namespace demo;
+
+constexpr const char* kCheckpointFormat = "trimkv-demo-checkpoint";
+constexpr int64_t kStageIndexStride = 1000000000;  // conversation indices of stage i start at i * stride
+
+struct Stage {
+  const char* name;
+  DemoStage cfg;
+  bool vision_only;
+};
+
+json options_json(const DemoTrainOptions& o) {
+  const auto& z = o.size;
+  auto stage = [](const DemoStage& s) {
+    return json{{"steps", s.steps}, {"batch", s.batch}, {"lr", s.lr}, {"max_images", s.max_images}};
+  };
+  return {{"seed", o.seed},
+          {"size",
+           {z.image_size, z.patch_size, z.scale_factor, z.vision_hidden, z.vision_layers, z.vision_heads,
+            z.vision_ffn, z.text_hidden, z.text_layers, z.text_heads, z.text_kv_heads, z.text_ffn}},
+          {"vision", stage(o.vision)},
+          {"chat_short", stage(o.chat_short)},
+          {"chat", stage(o.chat)},
+          {"min_lr_fraction", o.min_lr_fraction},
+          {"warmup", o.warmup},
+          {"weight_decay", o.weight_decay},
+          {"clip", o.clip},
+          {"aux_weight", o.aux_weight},
+          {"max_extra_turns", o.max_extra_turns},
+          {"describe_probability", o.describe_probability},
+          {"tokenizer_conversations", o.tokenizer_conversations}};
+}
+
+void check_options(const DemoTrainOptions& o) {
+  TRIMKV_CHECK(!o.out_dir.empty(), Input, "--out is required");
+  for (const auto& [name, s] : {std::pair<const char*, const DemoStage*>{"vision", &o.vision},
+                                {"chat-short", &o.chat_short},
+                                {"chat", &o.chat}}) {
+    TRIMKV_CHECK(s->steps >= 0 && s->batch > 0 && s->lr > 0, Input, "stage ", name,
+                 ": steps must be >= 0, batch > 0 and lr > 0 (got ", s->steps, ", ", s->batch, ", ", s->lr, ")");
+    TRIMKV_CHECK(s->max_images >= 1 && s->max_images <= world::kMaxImagesLimit, Input, "stage ", name,
+                 ": max images must be in 1..", world::kMaxImagesLimit);
+  }
+  TRIMKV_CHECK(o.tokenizer_conversations > 0 && o.val_conversations >= 0 && o.checkpoint_every >= 0 &&
+                   o.warmup >= 0 && o.max_extra_turns >= 0,
+               Input, "train-demo: counts must be non-negative (tokenizer conversations > 0)");
+  TRIMKV_CHECK(o.threads >= 0, Input, "--threads must be >= 0, got ", o.threads);
+  TRIMKV_CHECK(o.size.image_size >= world::kMinImageSize && o.size.image_size <= world::kMaxImageSize, Input,
+               "image size must be in ", world::kMinImageSize, "..", world::kMaxImageSize);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<NamedParameter> all_params(const DemoModel& m) {
+  std::vector<NamedParameter> p = m.vision_params;
+  p.insert(p.end(), m.text_params.begin(), m.text_params.end());
+  return p;
+}
+
+}  // namespace
+
+DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const std::string&)>& on_message,
+                      const std::function<void(const DemoProgress&)>& on_progress,
+                      const std::atomic<bool>* cancel) {
+  check_options(o);
+  // LibTorch counts physical cores; on a 2-vCPU machine that is one thread, half the speed.
+  const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  at::set_num_threads(threads);
+  auto say = [&](const std::string& s) {
+    if (on_message) on_message(s);
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir(o.out_dir), train_dir = dir / "train";
+  std::error_code ec;
+  fs::create_directories(train_dir, ec);
+  TRIMKV_CHECK(!ec, Io, "cannot create '", train_dir.string(), "': ", ec.message());
+  const std::string ckpt_path = (train_dir / "checkpoint.safetensors").string();
+  const json opt_json = options_json(o);
+  const bool resuming = o.resume && fs::exists(ckpt_path);
+  if (o.resume && !resuming) say("no checkpoint in '" + train_dir.string() + "': starting from the beginning");
+
+  world::WorldOptions wopt;
+  wopt.image_size = o.size.image_size;
+  world::TrainingExtras extras;
+  extras.max_extra_turns = o.max_extra_turns;
+  extras.describe_probability = o.describe_probability;
+
+  // 1. Tokenizer (deterministic: rebuilt the same on resume).
+  const std::string tok_path = (dir / "tokenizer.json").string();
+  if (!resuming || !fs::exists(tok_path)) {
+    say("tokenizer: training byte-level BPE on " + std::to_string(o.tokenizer_conversations) + " conversations");
+    BpeTrainer bpe{BpeTrainerOptions{}};
+    for (int64_t i = 0; i < o.tokenizer_conversations; ++i) {
+      const world::Conversation c = world::make_training_conversation(o.seed, i, wopt, extras);
+      std::vector<std::pair<std::string, std::string>> pairs;
+      for (const auto& t : c.turns) pairs.emplace_back(t.text, t.answer);
+      bpe.add_text(world::chat_text(pairs));
+    }
+    save_tokenizer_json(bpe.train(), tok_path);
+  }
+  const Tokenizer tok = Tokenizer::from_file(tok_path);
+  const SpecialIds ids = SpecialIds::from(tok);
+  const std::string config_path = (dir / "config.json").string();
+  {
+    std::ofstream out(config_path, std::ios::binary);
+    out << demo_config_json(o.size, tok.vocab_size(), ids).dump(2) << "\n";
+    TRIMKV_CHECK(out.good(), Io, "cannot write '", config_path, "'");
+  }
+  write_demo_side_files(dir.string(), o.size, ids);
+  say("tokenizer: " + std::to_string(tok.vocab_size()) + " tokens");
+
+  DemoModel model = make_demo_model(config_path, o.seed);
+  const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
+  const DemoData data(tok, o.size, proc);
+  int64_t n_params = 0;
+  for (const auto& p : all_params(model)) n_params += p.tensor.numel();
+  say("model: " + std::to_string(n_params) + " parameters (probe included), " +
+      std::to_string(data.image_seq_len()) + " visual tokens per image");
+
+  // Validation conversations (the world's validation split), laid out once.
+  DemoBatch val;
+  {
+    DemoData::Images images;
+    for (int64_t i = 0; i < o.val_conversations; ++i)
+      val.seqs.push_back(data.layout(world::make_conversation(o.seed, world::Split::Val, i, wopt), images));
+    DemoData::finish(images, val);
+  }
+  auto validate = [&](DemoProgress& pr, bool answers) {
+    if (val.seqs.empty()) return;
+    at::NoGradGuard no_grad;
+    BatchLoss total;
+    const size_t chunk = 16;
+    for (size_t a = 0; a < val.seqs.size(); a += chunk) {
+      DemoBatch b;
+      const size_t e = std::min(val.seqs.size(), a + chunk);
+      const int64_t first = val.seqs[a].first_image;
+      const int64_t last = val.seqs[e - 1].first_image + val.seqs[e - 1].n_images;
+      b.pixels = val.pixels.narrow(0, first, last - first);
+      b.aux_targets = val.aux_targets.narrow(0, first, last - first);
+      b.patch_targets = val.patch_targets.narrow(0, first, last - first);
+      for (size_t k = a; k < e; ++k) {
+        DemoSequence s = val.seqs[k];
+        s.first_image -= first;
+        b.seqs.push_back(std::move(s));
+      }
+      const BatchLoss l = batch_loss(model, b, answers);
+      total.n_turns += l.n_turns, total.n_correct += l.n_correct;
+      total.n_single += l.n_single, total.c_single += l.c_single;
+      total.n_multi += l.n_multi, total.c_multi += l.c_multi;
+      total.n_object_cells += l.n_object_cells, total.c_object_cells += l.c_object_cells;
+      total.n_empty_cells += l.n_empty_cells, total.c_empty_cells += l.c_empty_cells;
+    }
+    auto frac = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : -1.0; };
+    pr.val_accuracy = frac(total.n_correct, total.n_turns);
+    pr.val_single = frac(total.c_single, total.n_single);
+    pr.val_multi = frac(total.c_multi, total.n_multi);
+    pr.val_probe_objects = frac(total.c_object_cells, total.n_object_cells);
+    pr.val_probe_empty = frac(total.c_empty_cells, total.n_empty_cells);
+  };
+
+  const std::vector<Stage> stages = {{"vision", o.vision, true}, {"chat-short", o.chat_short, false},
+                                     {"chat", o.chat, false}};
+  int64_t stage_index = 0, step = 0;
+  SafetensorsFile* ckpt_file = nullptr;
+  std::unique_ptr<SafetensorsFile> ckpt_holder;
+  if (resuming) {
+    ckpt_holder = std::make_unique<SafetensorsFile>(ckpt_path);
+    ckpt_file = ckpt_holder.get();
+    const auto& meta = ckpt_file->metadata();
+    TRIMKV_CHECK(meta.count("format") && meta.at("format") == kCheckpointFormat && meta.count("options") &&
+                     meta.count("stage") && meta.count("step"),
+                 Format, "'", ckpt_path, "' is not a train-demo checkpoint");
+    const json saved = json::parse(meta.at("options"));
+    TRIMKV_CHECK(saved == opt_json, Input, "--resume: checkpoint '", ckpt_path,
+                 "' was made with other options (", saved.dump(), "); use the same options or start afresh");
+    at::NoGradGuard no_grad;
+    for (auto& p : all_params(model)) {
+      auto it = ckpt_file->tensors().find("param." + p.name);
+      TRIMKV_CHECK(it != ckpt_file->tensors().end(), Format, "checkpoint '", ckpt_path, "' lacks '", p.name, "'");
+      p.tensor.copy_(tensor_to_float(it->second));
+    }
+    stage_index = std::stoll(meta.at("stage"));
+    step = std::stoll(meta.at("step"));
+    say("resuming at stage " + std::to_string(stage_index) + ", step " + std::to_string(step));
+  }
+
+  DemoResult result;
+  result.model_dir = dir.string();
+  DemoProgress last_val;
+  for (; stage_index < static_cast<int64_t>(stages.size()); ++stage_index, step = 0) {
+    const Stage& st = stages[static_cast<size_t>(stage_index)];
+    if (st.cfg.steps == 0) continue;
+    AdamWOptions ao;
+    ao.weight_decay = o.weight_decay;
+    ao.clip = o.clip;
+    AdamW adam(st.vision_only ? model.vision_params : all_params(model), ao);
+    if (ckpt_file && step > 0) adam.load_state("adam.", *ckpt_file, ckpt_path);
+    ckpt_file = nullptr;
+    auto save = [&](int64_t next_stage, int64_t next_step, bool with_adam) {
+      std::vector<TensorToWrite> out;
+      for (const auto& p : all_params(model)) out.push_back(float_tensor_to_write("param." + p.name, p.tensor));
+      std::map<std::string, std::string> meta = {{"format", kCheckpointFormat},
+                                                 {"options", opt_json.dump()},
+                                                 {"stage", std::to_string(next_stage)},
+                                                 {"step", std::to_string(next_step)}};
+      if (with_adam) adam.save_state("adam.", out, meta);
+      write_safetensors_atomic(ckpt_path, out, meta);
+      result.checkpoint_path = ckpt_path;
+    };
+    say(std::string("stage ") + st.name + ": " + std::to_string(st.cfg.steps) + " steps of " +
+        std::to_string(st.cfg.batch) + (st.vision_only ? " images" : " conversations"));
+    world::WorldOptions sw = wopt;
+    sw.max_images = st.cfg.max_images;
+    const auto stage_t0 = std::chrono::steady_clock::now();
+    const int64_t first_step = step;
+    for (; step < st.cfg.steps; ++step) {
+      if (cancel && cancel->load()) {
+        save(stage_index, step, true);
+        result.interrupted = true;
+        result.seconds = seconds_since(t0);
+        say("interrupted: checkpoint written to '" + ckpt_path + "' (continue with --resume)");
+        return result;
+      }
+      // The step's data: conversation indices stage * stride + step * batch + b.
+      DemoBatch batch;
+      DemoData::Images images;
+      for (int64_t b = 0; b < st.cfg.batch; ++b) {
+        const int64_t index = stage_index * kStageIndexStride + step * st.cfg.batch + b;
+        if (st.vision_only) {
+          world::WorldOptions one = wopt;
+          one.max_images = 1;
+          one.max_turns = 1;
+          data.add_images(world::make_conversation(o.seed, world::Split::Train, index, one).scenes, images);
+        } else {
+          batch.seqs.push_back(data.layout(world::make_training_conversation(o.seed, index, sw, extras), images));
+        }
+      }
+      DemoData::finish(images, batch);
+      const double lr = warmup_cosine_lr(step + 1, std::min(o.warmup, st.cfg.steps / 4), st.cfg.steps, st.cfg.lr,
+                                         st.cfg.lr * o.min_lr_fraction);
+      adam.zero_grad();
+      const BatchLoss l = batch_loss(model, batch, !st.vision_only);
+      at::Tensor loss = st.vision_only ? l.aux : l.answer + o.aux_weight * l.aux;
+      loss.backward();
+      adam.step(lr);
+
+      DemoProgress pr;
+      pr.stage = st.name;
+      pr.step = step + 1;
+      pr.total = st.cfg.steps;
+      pr.loss = loss.item<double>();
+      pr.aux_loss = l.aux.item<double>();
+      pr.answer_loss = l.answer.defined() ? l.answer.item<double>() : 0.0;
+      pr.lr = lr;
+      pr.elapsed_s = seconds_since(t0);
+      pr.eta_s = seconds_since(stage_t0) / static_cast<double>(step + 1 - first_step) *
+                 static_cast<double>(st.cfg.steps - step - 1);
+      if (step + 1 == st.cfg.steps || (o.val_every > 0 && (step + 1) % o.val_every == 0)) {
+        validate(pr, !st.vision_only);
+        if (!st.vision_only) last_val = pr;
+      }
+      if (o.checkpoint_every > 0 && (step + 1) % o.checkpoint_every == 0 && step + 1 < st.cfg.steps) {
+        save(stage_index, step + 1, true);
+        pr.checkpointed = true;
+      }
+      if (on_progress) on_progress(pr);
+    }
+    save(stage_index + 1, 0, false);
+  }
+
+  // Export.
+  write_demo_weights(model, (dir / "model.safetensors").string());
+  result.val_accuracy = last_val.val_accuracy;
+  result.val_single = last_val.val_single;
+  result.val_multi = last_val.val_multi;
+  {
+    const json summary = {{"options", opt_json},
+                          {"val_accuracy", result.val_accuracy},
+                          {"val_single_image", result.val_single},
+                          {"val_multi_image", result.val_multi},
+                          {"val_conversations", o.val_conversations},
+                          {"seconds_this_run", seconds_since(t0)}};
+    std::ofstream out((train_dir / "summary.json").string());
+    out << summary.dump(2) << "\n";
+  }
+  say("export: Idefics3 checkpoint written to '" + dir.string() + "'");
+
+  // Gates.
+  if (!o.skip_gates) {
+    const fs::path gate_dir = train_dir / "gate_data";
+    world::WorldOptions gw = wopt;
+    gw.max_images = world::kMaxImagesLimit;
+    const world::WorldFiles files = world::write_world(gate_dir.string(), world::Split::Train, o.seed + 7919,
+                                                       o.gate_conversations, gw);
+    TrainOptions to;
+    to.model_dir = dir.string();
+    to.data_path = files.jsonl;
+    to.out_path = (dir / "retention_gates.safetensors").string();
+    to.checkpoint_path = (train_dir / "gates.ckpt").string();
+    to.kind = GateKind::DBTrimKV;
+    to.gate_hidden = 128;
+    to.budget = o.gate_budget;
+    to.lambda = o.gate_lambda;
+    to.steps = o.gate_steps;
+    to.batch = o.gate_batch;
+    to.lr = 1e-3;
+    to.min_lr = 1e-5;
+    to.seed = o.seed;
+    to.checkpoint_every = o.checkpoint_every;
+    to.resume = o.resume && fs::exists(to.checkpoint_path);
+    to.threads = threads;
+    say("gates: DBTrimKV on " + std::to_string(o.gate_conversations) + " multi-image conversations, budget " +
+        std::to_string(static_cast<int64_t>(o.gate_budget)) + " per head");
+    const std::shared_ptr<const VlmModel> vlm = load_vlm(dir.string());
+    const VlmSampleEncoder media(vlm);
+    const TrainResult tr = train_gates_on(
+        vlm->text, &media, to, [&](const std::string& w) { say("gates: " + w); }, {},
+        [&](const TrainProgress& tp) {
+          DemoProgress pr;
+          pr.stage = "gates";
+          pr.step = tp.step;
+          pr.total = tp.total_steps;
+          pr.loss = tp.loss;
+          pr.answer_loss = tp.nll;
+          pr.aux_loss = tp.cap;
+          pr.lr = tp.lr;
+          pr.elapsed_s = seconds_since(t0);
+          pr.eta_s = tp.eta_s;
+          pr.checkpointed = tp.checkpointed;
+          if (on_progress) on_progress(pr);
+        },
+        cancel);
+    if (tr.interrupted) {
+      result.interrupted = true;
+      result.checkpoint_path = tr.checkpoint_path;
+      result.seconds = seconds_since(t0);
+      return result;
+    }
+  }
+  result.seconds = seconds_since(t0);
+  return result;
+}
+
+}  // namespace trimkv::vision
