@@ -396,16 +396,21 @@ int64_t Idefics3Vision::parameter_count() const {
   return n;
 }
 
-at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<bool>* cancel,
-                                 std::vector<VitAttentionStats>* last_layer) const {
+at::Tensor Idefics3Vision::position_embeddings(const at::Tensor& pixels) const {
   const VitConfig& v = m_cfg.vision;
   TRIMKV_CHECK(pixels.dim() == 4 && pixels.size(1) == v.n_channels && pixels.size(2) == v.image_size &&
                    pixels.size(3) == v.image_size,
                Input, "vision tower input must be [N, ", v.n_channels, ", ", v.image_size, ", ",
                v.image_size, "]");
-  const int64_t g = v.patches_per_side();
   // Every tile is a full image here (no padding), so the bucketed ids are those of a full grid.
-  const at::Tensor pos = at::embedding(m_w.pos_embed, bucketed_position_ids(g, g, g, g, g));  // [g*g, D]
+  const int64_t g = v.patches_per_side();
+  return at::embedding(m_w.pos_embed, bucketed_position_ids(g, g, g, g, g));
+}
+
+at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<bool>* cancel,
+                                 std::vector<VitAttentionStats>* last_layer) const {
+  const VitConfig& v = m_cfg.vision;
+  const at::Tensor pos = position_embeddings(pixels);  // [g*g, D]
   std::vector<at::Tensor> out;
   for (int64_t i = 0; i < pixels.size(0); ++i) {
     if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
@@ -423,12 +428,7 @@ at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<boo
 
 at::Tensor Idefics3Vision::tower_batched(const at::Tensor& pixels) const {
   const VitConfig& v = m_cfg.vision;
-  TRIMKV_CHECK(pixels.dim() == 4 && pixels.size(1) == v.n_channels && pixels.size(2) == v.image_size &&
-                   pixels.size(3) == v.image_size,
-               Input, "vision tower input must be [N, ", v.n_channels, ", ", v.image_size, ", ",
-               v.image_size, "]");
-  const int64_t g = v.patches_per_side();
-  const at::Tensor pos = at::embedding(m_w.pos_embed, bucketed_position_ids(g, g, g, g, g));  // [g*g, D]
+  const at::Tensor pos = position_embeddings(pixels);  // [g*g, D]
   at::Tensor x = patch_embed_batched(pixels, m_w.patch_w, m_w.patch_b, v.patch_size) + pos;
   for (const auto& layer : m_w.layers) x = vit_block_batched(x, layer, v);
   return at::layer_norm(x, {v.hidden_size}, m_w.post_ln_w, m_w.post_ln_b, v.layer_norm_eps);

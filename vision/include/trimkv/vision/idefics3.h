@@ -137,6 +137,10 @@ class Idefics3Vision {
   const Weights& weights() const { return m_w; }
 
  private:
+  // Checks pixels is [N, C, S, S] (Error{Input}) and returns the patch grid's position
+  // embeddings [(S/p)^2, D].
+  at::Tensor position_embeddings(const at::Tensor& pixels) const;
+
   Idefics3Config m_cfg;
   Weights m_w;
 };
