@@ -32,7 +32,7 @@ const char* kUsage =
 
 int main(int argc, char** argv) {
   using namespace trimkv::cli;
-  trimkv::tune_blas_for_cpu(argv);
+  trimkv::tune_cpu_runtime(argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     std::cout << kUsage;

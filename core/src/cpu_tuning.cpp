@@ -1,25 +1,45 @@
 #include "trimkv/core/cpu_tuning.h"
 
+#include <ATen/Context.h>
 #include <unistd.h>
 
 #include <cstdlib>
 
 namespace trimkv {
 
-void tune_blas_for_cpu(char** argv) {
-  if (std::getenv("OPENBLAS_CORETYPE") || std::getenv("TRIMKV_NO_CPU_TUNING")) return;
-  const char* core = nullptr;
+void tune_cpu_runtime(char** argv) {
+  if (std::getenv("TRIMKV_NO_CPU_TUNING")) return;
+  // Flush denormals to zero (FTZ/DAZ) on this thread before any worker thread exists: threads
+  // created later inherit the setting. A trained model's sharp softmaxes produce denormal
+  // probabilities, and each operation on one costs a microcode assist (a training run slowed
+  // down 2x over its first minutes without this).
+  at::globalContext().setFlushDenormal(true);
+  bool changed = false;
+  // OpenMP's default is to spin while waiting for work. With as many threads as cores, a spinning
+  // worker takes the core the main thread needs for its serial parts (data, autograd
+  // bookkeeping): a training run went from 1.3 to 0.65 s per step with passive waiting.
+  if (!std::getenv("OMP_WAIT_POLICY")) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    changed = true;
+  }
+  if (!std::getenv("OPENBLAS_CORETYPE")) {
+    const char* core = nullptr;
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
-    core = "SkylakeX";
-  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    core = "Haswell";
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl"))
+      core = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+      core = "Haswell";
 #endif
-  if (!core) return;
-  setenv("OPENBLAS_CORETYPE", core, 1);
-  execv("/proc/self/exe", argv);
-  // execv returned: it failed; carry on untuned.
+    if (core) {
+      setenv("OPENBLAS_CORETYPE", core, 1);
+      changed = true;
+    }
+  }
+  // Both variables are read when the libraries load, before main(): start again with them set.
+  if (changed) execv("/proc/self/exe", argv);
+  // Here execv failed or nothing changed: carry on as we are.
 }
 
 }  // namespace trimkv

@@ -11,10 +11,12 @@
 
 namespace trimkv {
 
-// When OPENBLAS_CORETYPE is unset (and TRIMKV_NO_CPU_TUNING is unset), sets it from the CPU's
-// instruction sets (AVX-512 -> SkylakeX, AVX2 -> Haswell; nothing otherwise) and re-executes
-// /proc/self/exe with the same arguments. Returns normally when there is nothing to do or the
-// re-execution fails (the program then runs as before).
-void tune_blas_for_cpu(char** argv);
+// Unless TRIMKV_NO_CPU_TUNING is set: turns on flush-to-zero / denormals-are-zero for the process
+// (denormal operands cost a microcode assist each; sharp softmaxes make many); then sets what is
+// unset of OMP_WAIT_POLICY (PASSIVE: idle OpenMP threads sleep instead of spinning) and
+// OPENBLAS_CORETYPE (from the CPU's instruction sets: AVX-512 -> SkylakeX, AVX2 -> Haswell) and,
+// if it set either, re-executes /proc/self/exe with the same arguments. Returns normally when
+// there is nothing to do or the re-execution fails (the program then runs as before).
+void tune_cpu_runtime(char** argv);
 
 }  // namespace trimkv
