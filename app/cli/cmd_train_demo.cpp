@@ -36,6 +36,12 @@ int cmd_train_demo(int argc, char** argv, int first) {
       {"val-every", "N", "validate every N chat steps (default " + std::to_string(d.val_every) + ")"},
       {"checkpoint-every", "N", "checkpoint every N steps (default " + std::to_string(d.checkpoint_every) + ")"},
       {"resume", "", "continue from DIR/train/checkpoint.safetensors (same options)"},
+      {"export-checkpoint", "", "write the checkpoint's weights to DIR/model.safetensors (to evaluate a run in progress) and stop"},
+      {"describe", "P", "probability that an extra turn is a caption"},
+      {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
+      {"short-images", "K", "max images per conversation in the chat-short stage"},
+      {"short-objects", "K", "max objects per image in the chat-short stage"},
+      {"short-batch", "N", "conversations per step in the chat-short stage"},
       {"threads", "N", "CPU threads (default: all cores)"},
       {"help", "", "show this help"},
   };
@@ -62,6 +68,12 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.val_every = args.get_int("val-every", static_cast<int>(d.val_every));
   o.checkpoint_every = args.get_int("checkpoint-every", static_cast<int>(d.checkpoint_every));
   o.resume = args.flag("resume");
+  o.export_only = args.flag("export-checkpoint");
+  o.init_from = args.get("init-from");
+  o.describe_probability = args.get_double("describe", d.describe_probability);
+  o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
+  o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
+  o.chat_short.batch = args.get_int("short-batch", static_cast<int>(d.chat_short.batch));
   o.threads = args.get_int("threads", 0);
   const bool tty = isatty(fileno(stderr));
 

@@ -78,7 +78,8 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     std::vector<float> weight(s.label_turn.size());
     std::vector<int64_t> per_turn(s.turn_type.size(), 0);
     for (int32_t t : s.label_turn) ++per_turn[static_cast<size_t>(t)];
-    for (size_t i = 0; i < weight.size(); ++i) weight[i] = 1.0f / static_cast<float>(per_turn[static_cast<size_t>(s.label_turn[i])]);
+    for (size_t i = 0; i < weight.size(); ++i)
+      weight[i] = 1.0f / static_cast<float>(per_turn[static_cast<size_t>(s.label_turn[i])]);
     const at::Tensor ce = at::nll_loss(at::log_softmax(logits, -1), tgt, {}, at::Reduction::None);
     sums.push_back((ce * at::tensor(weight, at::kFloat)).sum());
     n_turns += static_cast<int64_t>(s.turn_type.size());
@@ -116,9 +117,11 @@ struct Stage {
 json options_json(const DemoTrainOptions& o) {
   const auto& z = o.size;
   auto stage = [](const DemoStage& s) {
-    return json{{"steps", s.steps}, {"batch", s.batch}, {"lr", s.lr}, {"max_images", s.max_images}};
+    json j{{"steps", s.steps}, {"batch", s.batch}, {"lr", s.lr}, {"max_images", s.max_images}};
+    if (s.max_objects != world::kMaxObjectsLimit) j["max_objects"] = s.max_objects;  // only when not the default
+    return j;
   };
-  return {{"seed", o.seed},
+  json j = {{"seed", o.seed},
           {"size",
            {z.image_size, z.patch_size, z.scale_factor, z.vision_hidden, z.vision_layers, z.vision_heads,
             z.vision_ffn, z.text_hidden, z.text_layers, z.text_heads, z.text_kv_heads, z.text_ffn}},
@@ -133,6 +136,8 @@ json options_json(const DemoTrainOptions& o) {
           {"max_extra_turns", o.max_extra_turns},
           {"describe_probability", o.describe_probability},
           {"tokenizer_conversations", o.tokenizer_conversations}};
+  if (!o.init_from.empty()) j["init_from"] = o.init_from;
+  return j;
 }
 
 void check_options(const DemoTrainOptions& o) {
@@ -182,7 +187,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   TRIMKV_CHECK(!ec, Io, "cannot create '", train_dir.string(), "': ", ec.message());
   const std::string ckpt_path = (train_dir / "checkpoint.safetensors").string();
   const json opt_json = options_json(o);
-  const bool resuming = o.resume && fs::exists(ckpt_path);
+  const bool resuming = (o.resume || o.export_only) && fs::exists(ckpt_path);
   if (o.resume && !resuming) say("no checkpoint in '" + train_dir.string() + "': starting from the beginning");
 
   world::WorldOptions wopt;
@@ -193,7 +198,8 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
 
   // 1. Tokenizer (deterministic: rebuilt the same on resume).
   const std::string tok_path = (dir / "tokenizer.json").string();
-  if (!resuming || !fs::exists(tok_path)) {
+  if ((!resuming && o.init_from.empty()) || !fs::exists(tok_path)) {
+    TRIMKV_CHECK(!o.export_only, Input, "--export-checkpoint: no checkpoint in '", train_dir.string(), "'");
     say("tokenizer: training byte-level BPE on " + std::to_string(o.tokenizer_conversations) + " conversations");
     BpeTrainer bpe{BpeTrainerOptions{}};
     for (int64_t i = 0; i < o.tokenizer_conversations; ++i) {
@@ -264,6 +270,8 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     pr.val_probe_empty = frac(total.c_empty_cells, total.n_empty_cells);
   };
 
+  DemoResult result;
+  result.model_dir = dir.string();
   const std::vector<Stage> stages = {{"vision", o.vision, true}, {"chat-short", o.chat_short, false},
                                      {"chat", o.chat, false}};
   int64_t stage_index = 0, step = 0;
@@ -277,7 +285,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                      meta.count("stage") && meta.count("step"),
                  Format, "'", ckpt_path, "' is not a train-demo checkpoint");
     const json saved = json::parse(meta.at("options"));
-    TRIMKV_CHECK(saved == opt_json, Input, "--resume: checkpoint '", ckpt_path,
+    TRIMKV_CHECK(o.export_only || saved == opt_json, Input, "--resume: checkpoint '", ckpt_path,
                  "' was made with other options (", saved.dump(), "); use the same options or start afresh");
     at::NoGradGuard no_grad;
     for (auto& p : all_params(model)) {
@@ -289,9 +297,25 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     step = std::stoll(meta.at("step"));
     say("resuming at stage " + std::to_string(stage_index) + ", step " + std::to_string(step));
   }
+  if (!resuming && !o.init_from.empty()) {
+    const SafetensorsFile init(o.init_from);
+    at::NoGradGuard no_grad;
+    for (auto& p : all_params(model)) {
+      auto it = init.tensors().find("param." + p.name);
+      TRIMKV_CHECK(it != init.tensors().end(), Format, "--init-from '", o.init_from, "' lacks '", p.name, "'");
+      p.tensor.copy_(tensor_to_float(it->second));
+    }
+    say("initial weights from '" + o.init_from + "'");
+  }
+  if (o.export_only) {
+    TRIMKV_CHECK(resuming, Input, "--export-checkpoint: no checkpoint in '", train_dir.string(), "'");
+    write_demo_weights(model, (dir / "model.safetensors").string());
+    say("exported the checkpoint's weights (stage " + std::to_string(stage_index) + ", step " +
+        std::to_string(step) + ") to '" + (dir / "model.safetensors").string() + "'");
+    result.seconds = seconds_since(t0);
+    return result;
+  }
 
-  DemoResult result;
-  result.model_dir = dir.string();
   DemoProgress last_val;
   for (; stage_index < static_cast<int64_t>(stages.size()); ++stage_index, step = 0) {
     const Stage& st = stages[static_cast<size_t>(stage_index)];
@@ -317,6 +341,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         std::to_string(st.cfg.batch) + (st.vision_only ? " images" : " conversations"));
     world::WorldOptions sw = wopt;
     sw.max_images = st.cfg.max_images;
+    sw.max_objects = st.cfg.max_objects;
     const auto stage_t0 = std::chrono::steady_clock::now();
     const int64_t first_step = step;
     for (; step < st.cfg.steps; ++step) {

@@ -44,6 +44,7 @@ struct DemoStage {
   int64_t batch = 0;    // images (vision) or conversations (chat stages) per step
   double lr = 2e-3;
   int max_images = 8;   // chat stages: world option
+  int max_objects = 6;  // objects per image (world option): fewer make a gentler start
 };
 
 struct DemoTrainOptions {
@@ -72,6 +73,8 @@ struct DemoTrainOptions {
   double gate_lambda = 1.0;
   bool skip_gates = false;
   bool resume = false;
+  std::string init_from;            // start from this checkpoint's weights (stages as configured)
+  bool export_only = false;         // write the checkpoint's weights as model.safetensors and stop
   int threads = 0;                  // 0: every hardware thread
 };
 
