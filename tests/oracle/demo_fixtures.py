@@ -10,6 +10,7 @@ logits at every 8th position (float32, eager attention).
 Run through tests/oracle/make_fixtures.py demo (after the demo model exists).
 """
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -49,7 +50,7 @@ def messages(line, world, n_turns):
 
 def main(data):
     root = data.parent.parent
-    model_dir = root / "resources" / "demo-model"
+    model_dir = Path(os.environ.get("DEMO_MODEL_DIR", root / "resources" / "demo-model"))
     out = data / "demo"
     world = out / "world"
     processor = AutoProcessor.from_pretrained(str(model_dir), use_fast=False)
