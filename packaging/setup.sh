@@ -15,6 +15,8 @@ PACKAGES=(
   libstb-dev                          # stb_image: PNG/JPEG/BMP/GIF decoding (vision/)
   libopencv-imgproc-dev               # OpenCV drawing of the synthetic world (vision/world)
   catch2
+  qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the GUI (optional)
+  xvfb xauth                          # GUI screenshot under a virtual X server
 )
 
 want_oracle=0

@@ -1,0 +1,90 @@
+#include "conversation_file.h"
+
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+
+#include "trimkv/core/error.h"
+
+namespace {
+constexpr const char* kFormat = "trimkv-conversation";
+constexpr int kVersion = 1;
+}  // namespace
+
+void saveConversationFile(const QString& path, const std::vector<trimkv::Message>& messages,
+                          const QString& modelDir) {
+  const QFileInfo info(path);
+  const QString imagesName = info.completeBaseName() + QStringLiteral("-images");
+  QDir dir = info.absoluteDir();
+  int copied = 0;
+  QJsonArray jsonMessages;
+  for (const trimkv::Message& m : messages) {
+    QJsonArray content;
+    for (const trimkv::ContentPart& p : m.content) {
+      if (p.kind == trimkv::ContentPart::Kind::Text) {
+        content.append(QJsonObject{{"type", "text"}, {"text", QString::fromStdString(p.text)}});
+        continue;
+      }
+      const QString source = QString::fromStdString(p.path);
+      TRIMKV_CHECK(dir.mkpath(imagesName), Io, "cannot create the folder '",
+                   dir.filePath(imagesName).toStdString(), "'");
+      const QString relative = imagesName + QLatin1Char('/') + QString::number(++copied) + QLatin1Char('-') +
+                               QFileInfo(source).fileName();
+      const QString target = dir.filePath(relative);
+      QFile::remove(target);  // QFile::copy does not overwrite
+      TRIMKV_CHECK(QFile::copy(source, target), Io, "cannot copy the image '", source.toStdString(), "' to '",
+                   target.toStdString(), "'");
+      content.append(QJsonObject{{"type", "image"}, {"path", relative}});
+    }
+    jsonMessages.append(QJsonObject{{"role", QString::fromStdString(m.role)}, {"content", content}});
+  }
+  const QJsonObject root{{"format", kFormat}, {"version", kVersion}, {"model", modelDir}, {"messages", jsonMessages}};
+  QFile file(path);
+  TRIMKV_CHECK(file.open(QIODevice::WriteOnly | QIODevice::Truncate), Io, "cannot write '", path.toStdString(), "'");
+  const QByteArray bytes = QJsonDocument(root).toJson(QJsonDocument::Indented);
+  TRIMKV_CHECK(file.write(bytes) == bytes.size(), Io, "cannot write '", path.toStdString(), "'");
+}
+
+std::vector<trimkv::Message> loadConversationFile(const QString& path) {
+  QFile file(path);
+  TRIMKV_CHECK(file.open(QIODevice::ReadOnly), Io, "cannot read '", path.toStdString(), "'");
+  QJsonParseError err;
+  const QJsonDocument doc = QJsonDocument::fromJson(file.readAll(), &err);
+  const std::string name = path.toStdString();
+  TRIMKV_CHECK(!doc.isNull(), Format, name, ": not JSON (", err.errorString().toStdString(), " at offset ",
+               err.offset, ")");
+  TRIMKV_CHECK(doc.isObject() && doc.object().value("messages").isArray(), Format, name,
+               ": expected an object with a \"messages\" array");
+  const QDir dir = QFileInfo(path).absoluteDir();
+  std::vector<trimkv::Message> messages;
+  const QJsonArray array = doc.object().value("messages").toArray();
+  for (qsizetype i = 0; i < array.size(); ++i) {
+    const QJsonObject m = array[i].toObject();
+    const QString role = m.value("role").toString();
+    TRIMKV_CHECK(role == "user" || role == "assistant", Format, name, ": messages[", i,
+                 "].role must be \"user\" or \"assistant\", not \"", role.toStdString(), "\"");
+    TRIMKV_CHECK(m.value("content").isArray(), Format, name, ": messages[", i, "].content must be an array");
+    trimkv::Message msg;
+    msg.role = role.toStdString();
+    const QJsonArray content = m.value("content").toArray();
+    for (qsizetype k = 0; k < content.size(); ++k) {
+      const QJsonObject part = content[k].toObject();
+      const QString type = part.value("type").toString();
+      if (type == "text") {
+        msg.content.push_back(trimkv::ContentPart::text_part(part.value("text").toString().toStdString()));
+      } else if (type == "image") {
+        const QString p = part.value("path").toString();
+        TRIMKV_CHECK(!p.isEmpty(), Format, name, ": messages[", i, "].content[", k, "].path is missing");
+        msg.content.push_back(trimkv::ContentPart::image_part(QDir::cleanPath(dir.absoluteFilePath(p)).toStdString()));
+      } else {
+        TRIMKV_FAIL(Format, name, ": messages[", i, "].content[", k, "].type must be \"text\" or \"image\", not \"",
+                    type.toStdString(), "\"");
+      }
+    }
+    messages.push_back(std::move(msg));
+  }
+  return messages;
+}

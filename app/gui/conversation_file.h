@@ -1,0 +1,22 @@
+// Conversation files: the transcript as JSON, with its images copied beside it so the file can be
+// moved or shared as one folder. The shape is ChatEngine::transcript_json's (Hugging Face
+// messages) plus a format tag:
+//   {"format": "trimkv-conversation", "version": 1, "model": "<model folder>",
+//    "messages": [{"role": "user", "content": [{"type": "image", "path": "chat-images/1-a.png"},
+//                                               {"type": "text", "text": "What is this?"}]},
+//                 {"role": "assistant", "content": [{"type": "text", "text": "A star."}]}]}
+// Image paths are relative to the JSON file's folder (absolute ones are accepted when reading,
+// so ChatEngine::save_transcript's files load too).
+#pragma once
+#include <QString>
+#include <vector>
+
+#include "trimkv/core/conversation_types.h"
+
+// Writes `path` and copies every image into "<stem>-images/" beside it. Error{Io} naming the file
+// that cannot be read or written.
+void saveConversationFile(const QString& path, const std::vector<trimkv::Message>& messages,
+                          const QString& modelDir);
+// Reads a file written by saveConversationFile (or ChatEngine::save_transcript). Error{Io} when it
+// cannot be read, Error{Format} naming the file and the field that is malformed.
+std::vector<trimkv::Message> loadConversationFile(const QString& path);

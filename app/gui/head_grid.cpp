@@ -1,0 +1,160 @@
+#include "head_grid.h"
+
+#include <QHelpEvent>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QToolTip>
+#include <algorithm>
+
+#include "modality_palette.h"
+
+namespace {
+constexpr int kLabelLeft = 34;  // "L12" labels
+constexpr int kLabelTop = 18;   // "h0" labels
+constexpr int kMaxCellW = 120, kMaxCellH = 48, kMinCell = 6, kGap = 2;
+}  // namespace
+
+HeadGrid::HeadGrid(QWidget* parent) : QWidget(parent) {
+  setMouseTracking(true);
+  setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Expanding);
+  setToolTip(tr("One cell per layer and KV head: the entries (one token's K and V in that head) "
+                "it keeps, text in blue, image in orange, special in grey. Click for its detail."));
+}
+
+void HeadGrid::setSnapshot(std::shared_ptr<const trimkv::KvSnapshot> kv) {
+  m_kv = std::move(kv);
+  if (m_selLayer >= layerCount() || m_selHead >= headCount()) {
+    m_selLayer = 0;
+    m_selHead = 0;
+  }
+  update();
+}
+
+int HeadGrid::layerCount() const { return m_kv ? m_kv->geometry.n_layer : 0; }
+int HeadGrid::headCount() const { return m_kv ? m_kv->geometry.n_kv_head : 0; }
+
+trimkv::ModalityCounts HeadGrid::cellCounts(int layer, int head) const {
+  if (!m_kv || layer < 0 || head < 0 || layer >= layerCount() || head >= headCount()) return {};
+  const size_t i = static_cast<size_t>(layer * headCount() + head);
+  if (i >= m_kv->heads.size()) return {};
+  return m_kv->heads[i].counts;
+}
+
+void HeadGrid::setSelectedHead(int layer, int head) {
+  if (layer < 0 || head < 0 || layer >= layerCount() || head >= headCount()) return;
+  if (layer == m_selLayer && head == m_selHead) return;
+  m_selLayer = layer;
+  m_selHead = head;
+  update();
+  Q_EMIT headSelected(layer, head);
+}
+
+QSize HeadGrid::sizeHint() const {
+  const int l = std::max(layerCount(), 4), h = std::max(headCount(), 4);
+  return {kLabelLeft + h * 44, kLabelTop + l * 22};
+}
+
+QSize HeadGrid::minimumSizeHint() const {
+  const int l = std::max(layerCount(), 1), h = std::max(headCount(), 1);
+  return {kLabelLeft + h * (kMinCell + kGap), kLabelTop + l * (kMinCell + kGap)};
+}
+
+HeadGrid::Layout HeadGrid::layout() const {
+  Layout lay;
+  lay.left = kLabelLeft;
+  lay.top = kLabelTop;
+  const int l = std::max(layerCount(), 1), h = std::max(headCount(), 1);
+  lay.cellW = std::clamp((width() - kLabelLeft) / h, kMinCell, kMaxCellW);
+  lay.cellH = std::clamp((height() - kLabelTop) / l, kMinCell, kMaxCellH);
+  return lay;
+}
+
+bool HeadGrid::cellAt(const QPoint& p, int& layer, int& head) const {
+  if (!m_kv) return false;
+  const Layout lay = layout();
+  if (p.x() < lay.left || p.y() < lay.top) return false;
+  head = (p.x() - lay.left) / lay.cellW;
+  layer = (p.y() - lay.top) / lay.cellH;
+  return layer < layerCount() && head < headCount();
+}
+
+void HeadGrid::paintEvent(QPaintEvent*) {
+  QPainter p(this);
+  p.setRenderHint(QPainter::Antialiasing, false);
+  const QPalette pal = palette();
+  if (!m_kv || layerCount() == 0) {
+    p.setPen(pal.color(QPalette::PlaceholderText));
+    p.drawText(rect(), Qt::AlignCenter, tr("No KV cache yet: send a message."));
+    return;
+  }
+  const Layout lay = layout();
+  const int L = layerCount(), H = headCount();
+  int64_t maxCount = 1;
+  for (const auto& h : m_kv->heads) maxCount = std::max(maxCount, h.counts.total());
+
+  QFont small = font();
+  small.setPointSizeF(std::max(6.5, small.pointSizeF() * 0.8));
+  p.setFont(small);
+  p.setPen(pal.color(QPalette::WindowText));
+  for (int h = 0; h < H; ++h) {
+    if (lay.cellW >= 18 || h % 4 == 0)
+      p.drawText(QRect(lay.left + h * lay.cellW, 0, lay.cellW, lay.top), Qt::AlignCenter, QStringLiteral("h%1").arg(h));
+  }
+  for (int l = 0; l < L; ++l) {
+    if (lay.cellH >= 12 || l % 4 == 0)
+      p.drawText(QRect(0, lay.top + l * lay.cellH, lay.left - 4, lay.cellH), Qt::AlignRight | Qt::AlignVCenter,
+                 QStringLiteral("L%1").arg(l));
+  }
+
+  const QColor empty = pal.color(QPalette::Base).darker(108);
+  for (int l = 0; l < L; ++l) {
+    for (int h = 0; h < H; ++h) {
+      const QRect cell(lay.left + h * lay.cellW, lay.top + l * lay.cellH, lay.cellW - kGap, lay.cellH - kGap);
+      p.fillRect(cell, empty);
+      const trimkv::ModalityCounts c = cellCounts(l, h);
+      // Bar: total length relative to the fullest head, split by modality.
+      const double scale = static_cast<double>(cell.width()) / static_cast<double>(maxCount);
+      int x = cell.left();
+      const int64_t parts[3] = {c.text, c.image, c.special};
+      const QColor colors[3] = {ModalityPalette::text(), ModalityPalette::image(), ModalityPalette::special()};
+      double acc = 0;
+      for (int k = 0; k < 3; ++k) {
+        acc += static_cast<double>(parts[k]) * scale;
+        const int x1 = cell.left() + static_cast<int>(acc + 0.5);
+        if (x1 > x) p.fillRect(QRect(x, cell.top(), x1 - x, cell.height()), colors[k]);
+        x = std::max(x, x1);
+      }
+      if (cell.width() >= 26 && cell.height() >= 12) {
+        p.setPen(Qt::black);
+        p.drawText(cell, Qt::AlignCenter, QString::number(c.total()));
+      }
+      if (l == m_selLayer && h == m_selHead) {
+        p.setPen(QPen(pal.color(QPalette::Highlight), 2));
+        p.drawRect(cell.adjusted(1, 1, -1, -1));
+      }
+    }
+  }
+}
+
+void HeadGrid::mousePressEvent(QMouseEvent* event) {
+  int l = 0, h = 0;
+  if (event->button() == Qt::LeftButton && cellAt(event->position().toPoint(), l, h)) setSelectedHead(l, h);
+}
+
+bool HeadGrid::event(QEvent* event) {
+  if (event->type() == QEvent::ToolTip) {
+    auto* help = static_cast<QHelpEvent*>(event);
+    int l = 0, h = 0;
+    if (cellAt(help->pos(), l, h)) {
+      const trimkv::ModalityCounts c = cellCounts(l, h);
+      QString tip = tr("Layer %1, KV head %2\n%3 entries kept: %4 text, %5 image, %6 special")
+                        .arg(l).arg(h).arg(c.total()).arg(c.text).arg(c.image).arg(c.special);
+      if (m_kv->n_tokens > 0) tip += tr("\nof %1 tokens in the conversation").arg(m_kv->n_tokens);
+      QToolTip::showText(help->globalPos(), tip, this);
+    } else {
+      QToolTip::showText(help->globalPos(), toolTip(), this);
+    }
+    return true;
+  }
+  return QWidget::event(event);
+}

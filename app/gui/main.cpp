@@ -1,0 +1,81 @@
+// trimkv-studio: the TrimKV Studio desktop application (issue 7).
+//   trimkv-studio [--model DIR]            the window, on DIR or the embedded demo model
+//   trimkv-studio --screenshot FILE.png    sample conversation, render the window, save, exit
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QTemporaryDir>
+#include <QTimer>
+#include <cstdio>
+#include <exception>
+
+#include "main_window.h"
+#include "chat_input.h"
+#include "sample_turn.h"
+#include "screenshot_run.h"
+#include "trimkv/core/cpu_tuning.h"
+#include "trimkv/core/default_model.h"
+
+int main(int argc, char** argv) {
+  trimkv::tune_cpu_runtime(argv);  // before Qt or any thread exists (may re-execute once)
+  QApplication app(argc, argv);
+  QApplication::setApplicationName(QStringLiteral("TrimKV Studio"));
+  QApplication::setOrganizationName(QStringLiteral("TrimKV"));
+
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("Multi-turn image chat with a live view of the KV cache under eviction."));
+  parser.addHelpOption();
+  const QCommandLineOption modelOpt(QStringLiteral("model"), QStringLiteral("Model folder (default: the embedded demo model)."),
+                                    QStringLiteral("DIR"));
+  const QCommandLineOption shotOpt(QStringLiteral("screenshot"),
+                                   QStringLiteral("Run the sample conversation, save the window as FILE (PNG) and exit."),
+                                   QStringLiteral("FILE"));
+  parser.addOption(modelOpt);
+  parser.addOption(shotOpt);
+  parser.process(app);
+
+  QString modelDir = parser.value(modelOpt);
+  QString modelError;
+  if (modelDir.isEmpty()) {
+    try {
+      modelDir = QString::fromStdString(trimkv::default_model_dir());
+    } catch (const std::exception& e) {
+      modelError = QString::fromStdString(e.what());
+    }
+  }
+
+  MainWindow window;
+  if (parser.isSet(shotOpt)) {
+    if (!modelError.isEmpty()) {
+      std::fprintf(stderr, "trimkv-studio: --screenshot failed: %s\n", qPrintable(modelError));
+      return 1;
+    }
+    window.resize(1400, 860);
+    window.show();
+    ScreenshotRun run(&window, parser.value(shotOpt));
+    QObject::connect(&run, &ScreenshotRun::finished, &app, [](int code) { QCoreApplication::exit(code); });
+    run.start(modelDir);
+    return app.exec();
+  }
+
+  window.restoreSettings();
+  window.show();
+  // The sample conversation, ready to send: its question in the input, its image attached.
+  QTemporaryDir samples;
+  QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples] {
+    if (!samples.isValid() || !window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
+    try {
+      const SampleTurn turn = makeSampleTurn(samples.path());
+      window.input()->setPlainText(turn.text);
+      window.addAttachments(turn.images);
+    } catch (const std::exception&) {
+      // No sample then: the empty input is just as usable.
+    }
+  }, Qt::SingleShotConnection);
+  if (modelError.isEmpty()) {
+    window.openModel(modelDir);
+  } else {
+    // No model yet: the window stays usable (Open folder…) and says why.
+    QTimer::singleShot(0, &window, [&window, modelError] { window.showError(QObject::tr("No default model"), modelError); });
+  }
+  return app.exec();
+}

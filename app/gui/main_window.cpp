@@ -1,0 +1,684 @@
+#include "main_window.h"
+
+#include <QAction>
+#include <QCheckBox>
+#include <QCloseEvent>
+#include <QSettings>
+#include <QComboBox>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QIcon>
+#include <QKeySequence>
+#include <QLabel>
+#include <QMenu>
+#include <QMessageBox>
+#include <QToolButton>
+#include <QWidgetAction>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QShortcut>
+#include <QSignalBlocker>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QTabWidget>
+#include <QTimer>
+#include <QToolBar>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <exception>
+
+#include "chat_input.h"
+#include "conversation_file.h"
+#include "conversation_view.h"
+#include "generation_settings.h"
+#include "head_grid.h"
+#include "head_strip.h"
+#include "image_overlay.h"
+#include "modality_palette.h"
+#include "session_worker.h"
+#include "timeline_chart.h"
+#include "trimkv/core/default_model.h"
+
+namespace {
+
+// Bytes for reading: "12.0 MiB", or KiB below 1 MiB (tiny models would read "0.0 MiB").
+QString bytesText(int64_t bytes) {
+  const double kib = static_cast<double>(bytes) / 1024.0;
+  if (kib < 1024.0) return QStringLiteral("%1 KiB").arg(kib, 0, 'f', 1);
+  return QStringLiteral("%1 MiB").arg(kib / 1024.0, 0, 'f', 1);
+}
+
+QString grouped(int64_t n) { return QLocale(QLocale::English).toString(static_cast<qlonglong>(n)); }
+
+QString legendHtml() {
+  auto swatch = [](const QColor& c, const QString& name) {
+    return QStringLiteral("<span style='color:%1'>&#9632;</span>&nbsp;%2").arg(c.name(), name);
+  };
+  return swatch(ModalityPalette::text(), QObject::tr("text")) + QStringLiteral(" &nbsp; ") +
+         swatch(ModalityPalette::image(), QObject::tr("image")) + QStringLiteral(" &nbsp; ") +
+         swatch(ModalityPalette::special(), QObject::tr("special")) + QStringLiteral(" &nbsp; ") +
+         QObject::tr("(faded: evicted)");
+}
+
+}  // namespace
+
+// The resources live in the static library trimkv_studio_gui: referencing them here keeps the
+// linker from dropping them.
+static void initStudioResources() { Q_INIT_RESOURCE(studio); }
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
+  initStudioResources();
+  registerSessionTypes();
+  setWindowIcon(QIcon(QStringLiteral(":/trimkv-studio.svg")));
+  setWindowTitle(tr("TrimKV Studio"));
+  resize(1280, 800);
+
+  m_worker = new SessionWorker;
+  m_worker->moveToThread(&m_thread);
+  connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
+  m_thread.setObjectName(QStringLiteral("SessionWorker"));
+  m_thread.start();
+
+  buildToolbar();
+  buildCentral();
+  buildStatusBar();
+  connectWorker();
+  updateButtons();
+}
+
+MainWindow::~MainWindow() {
+  // Stop the turn in flight, let the worker finish its current request, then delete it on its
+  // own thread (QThread::finished -> deleteLater).
+  m_worker->requestStop();
+  m_thread.quit();
+  m_thread.wait();
+}
+
+void MainWindow::buildToolbar() {
+  QToolBar* bar = addToolBar(tr("Model and policy"));
+  bar->setObjectName(QStringLiteral("mainToolbar"));
+  bar->setMovable(false);
+
+  m_modelLabel = new QLabel(tr("Model: (none)"), this);
+  m_modelLabel->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  bar->addWidget(m_modelLabel);
+  QAction* open = bar->addAction(tr("Open folder…"));
+  open->setToolTip(tr("Open a model folder (a Hugging Face checkpoint of a supported family) (Ctrl+Shift+O)"));
+  open->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+  connect(open, &QAction::triggered, this, &MainWindow::chooseModelFolder);
+  m_regenerateAction = bar->addAction(tr("Regenerate"));
+  m_regenerateAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  m_regenerateAction->setToolTip(tr("Answer the last question again under the current policy and budget: "
+                                    "the conversation is replayed with them (Ctrl+R)"));
+  connect(m_regenerateAction, &QAction::triggered, this, &MainWindow::regenerate);
+  QAction* openChat = bar->addAction(tr("Open chat…"));
+  openChat->setShortcut(QKeySequence::Open);
+  openChat->setToolTip(tr("Open a saved conversation and replay it under the current settings (Ctrl+O)"));
+  connect(openChat, &QAction::triggered, this, &MainWindow::chooseConversationToOpen);
+  QAction* saveChat = bar->addAction(tr("Save chat…"));
+  saveChat->setShortcut(QKeySequence::Save);
+  saveChat->setToolTip(tr("Save the conversation as JSON, its images copied beside it (Ctrl+S)"));
+  connect(saveChat, &QAction::triggered, this, &MainWindow::chooseConversationToSave);
+  QAction* fresh = bar->addAction(tr("New conversation"));
+  fresh->setShortcut(QKeySequence::New);
+  fresh->setToolTip(tr("Start a new conversation with the same model and settings (Ctrl+N)"));
+  connect(fresh, &QAction::triggered, this, &MainWindow::newConversation);
+  bar->addSeparator();
+
+  bar->addWidget(new QLabel(tr(" Policy: "), this));
+  m_policy = new QComboBox(this);
+  m_policy->setToolTip(tr("Which KV entries to keep when the cache exceeds the budget. "
+                          "A change applies from the next forward of the model."));
+  m_policy->setMinimumContentsLength(12);
+  bar->addWidget(m_policy);
+  bar->addWidget(new QLabel(tr("  Budget: "), this));
+  m_budget = new QSpinBox(this);
+  m_budget->setRange(1, 1'000'000);
+  m_budget->setValue(kDefaultBudget);
+  m_budget->setSuffix(tr(" entries/head"));
+  m_budget->setToolTip(tr("Entries kept per layer and KV head (an entry is one token's K and V in "
+                          "one head). The cache compresses when it exceeds the budget plus a small "
+                          "slack, so a head may briefly hold a few more."));
+  bar->addWidget(m_budget);
+  m_budgetHint = new QLabel(this);
+  bar->addWidget(m_budgetHint);
+
+  bar->addSeparator();
+  auto* genButton = new QToolButton(this);
+  genButton->setText(tr("Generation"));
+  genButton->setToolTip(tr("Sampling settings of the next answers"));
+  genButton->setPopupMode(QToolButton::InstantPopup);
+  auto* genMenu = new QMenu(genButton);
+  auto* genAction = new QWidgetAction(genMenu);
+  m_generation = new GenerationSettings(genMenu);
+  genAction->setDefaultWidget(m_generation);
+  genMenu->addAction(genAction);
+  genButton->setMenu(genMenu);
+  bar->addWidget(genButton);
+  connect(m_generation, &GenerationSettings::paramsChanged, this, &MainWindow::requestGenerationParams);
+
+  m_evictionDebounce = new QTimer(this);
+  m_evictionDebounce->setSingleShot(true);
+  m_evictionDebounce->setInterval(250);
+  connect(m_evictionDebounce, &QTimer::timeout, this, &MainWindow::applyEvictionFromControls);
+  connect(m_policy, qOverload<int>(&QComboBox::activated), this, [this](int) {
+    m_userChosePolicy = true;
+    applyEvictionFromControls();
+  });
+  connect(m_budget, qOverload<int>(&QSpinBox::valueChanged), this, [this](int) {
+    updateBudgetHint();
+    scheduleEvictionChange();
+  });
+}
+
+void MainWindow::buildCentral() {
+  auto* split = new QSplitter(Qt::Horizontal, this);
+  split->setObjectName(QStringLiteral("mainSplitter"));
+
+  // Left: the conversation.
+  auto* left = new QWidget(split);
+  auto* leftLayout = new QVBoxLayout(left);
+  leftLayout->setContentsMargins(6, 6, 6, 6);
+  m_conversation = new ConversationView(left);
+  leftLayout->addWidget(m_conversation, 1);
+  auto* attachRow = new QHBoxLayout;
+  m_attachLabel = new QLabel(left);
+  m_attachLabel->setWordWrap(true);
+  m_clearAttach = new QPushButton(tr("Remove images"), left);
+  m_clearAttach->setVisible(false);
+  connect(m_clearAttach, &QPushButton::clicked, this, &MainWindow::clearAttachments);
+  attachRow->addWidget(m_attachLabel, 1);
+  attachRow->addWidget(m_clearAttach);
+  leftLayout->addLayout(attachRow);
+  auto* inputRow = new QHBoxLayout;
+  auto* attach = new QPushButton(tr("Attach image…"), left);
+  attach->setToolTip(tr("Attach images to the next message (or drop them onto the input)"));
+  connect(attach, &QPushButton::clicked, this, &MainWindow::attachImages);
+  m_input = new ChatInput(left);
+  m_input->setMaximumHeight(90);
+  connect(m_input, &ChatInput::imagesAdded, this, &MainWindow::addAttachments);
+  m_send = new QPushButton(tr("Send"), left);
+  m_send->setToolTip(tr("Send the message (Ctrl+Return)"));
+  m_send->setDefault(true);
+  connect(m_send, &QPushButton::clicked, this, &MainWindow::sendFromInput);
+  m_stop = new QPushButton(tr("Stop"), left);
+  m_stop->setToolTip(tr("Stop the answer (Esc)"));
+  connect(m_stop, &QPushButton::clicked, this, &MainWindow::stopGeneration);
+  auto* buttons = new QVBoxLayout;
+  buttons->addWidget(m_send);
+  buttons->addWidget(m_stop);
+  inputRow->addWidget(attach, 0, Qt::AlignTop);
+  inputRow->addWidget(m_input, 1);
+  inputRow->addLayout(buttons);
+  leftLayout->addLayout(inputRow);
+
+  auto* sendKey = new QShortcut(QKeySequence(Qt::CTRL | Qt::Key_Return), this);
+  connect(sendKey, &QShortcut::activated, this, &MainWindow::sendFromInput);
+  auto* sendKey2 = new QShortcut(QKeySequence(Qt::CTRL | Qt::Key_Enter), this);
+  connect(sendKey2, &QShortcut::activated, this, &MainWindow::sendFromInput);
+  auto* stopKey = new QShortcut(QKeySequence(Qt::Key_Escape), this);
+  connect(stopKey, &QShortcut::activated, this, &MainWindow::stopGeneration);
+
+  // Right: the inspector.
+  auto* right = new QSplitter(Qt::Vertical, split);
+  right->setObjectName(QStringLiteral("inspectorSplitter"));
+  auto* gridBox = new QWidget(right);
+  auto* gridLayout = new QVBoxLayout(gridBox);
+  gridLayout->setContentsMargins(6, 6, 6, 0);
+  auto* gridTitle = new QLabel(tr("<b>KV entries kept per layer and KV head</b> &nbsp; ") + legendHtml(), gridBox);
+  gridLayout->addWidget(gridTitle);
+  m_grid = new HeadGrid(gridBox);
+  gridLayout->addWidget(m_grid, 1);
+  connect(m_grid, &HeadGrid::headSelected, this, &MainWindow::onHeadSelected);
+
+  auto* stripBox = new QWidget(right);
+  auto* stripLayout = new QVBoxLayout(stripBox);
+  stripLayout->setContentsMargins(6, 0, 6, 0);
+  auto* headRow = new QHBoxLayout;
+  m_headLabel = new QLabel(tr("<b>Head detail</b>: click a cell above"), stripBox);
+  m_allHeads = new QCheckBox(tr("All heads"), stripBox);
+  m_allHeads->setToolTip(tr("Shade every position and patch by how many heads keep it, instead of one head"));
+  connect(m_allHeads, &QCheckBox::toggled, this, [this](bool all) {
+    m_strip->setAllHeads(all);
+    m_overlay->setAllHeads(all);
+    onHeadSelected(m_grid->selectedLayer(), m_grid->selectedHead());
+  });
+  headRow->addWidget(m_headLabel, 1);
+  headRow->addWidget(m_allHeads);
+  stripLayout->addLayout(headRow);
+  auto* stripScroll = new QScrollArea(stripBox);
+  stripScroll->setWidgetResizable(true);
+  stripScroll->setFrameShape(QFrame::NoFrame);
+  stripScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  m_strip = new HeadStrip(stripScroll);
+  stripScroll->setWidget(m_strip);
+  stripLayout->addWidget(stripScroll, 1);
+
+  m_lowerTabs = new QTabWidget(right);
+  m_overlay = new ImageOverlay(m_lowerTabs);
+  m_timeline = new TimelineChart(m_lowerTabs);
+  m_lowerTabs->addTab(m_overlay, tr("Image"));
+  m_lowerTabs->addTab(m_timeline, tr("Timeline"));
+  right->addWidget(gridBox);
+  right->addWidget(stripBox);
+  right->addWidget(m_lowerTabs);
+  right->setStretchFactor(0, 4);
+  right->setStretchFactor(1, 2);
+  right->setStretchFactor(2, 4);
+
+  split->addWidget(left);
+  split->addWidget(right);
+  split->setStretchFactor(0, 4);
+  split->setStretchFactor(1, 6);
+  split->setSizes({520, 760});
+  setCentralWidget(split);
+}
+
+void MainWindow::buildStatusBar() {
+  m_statusTokens = new QLabel(this);
+  m_statusSpeed = new QLabel(this);
+  m_statusKv = new QLabel(this);
+  m_statusPhase = new QLabel(tr("no model"), this);
+  m_statusKv->setToolTip(tr("KV entries (and K+V bytes) the cache holds now, against what the full "
+                            "cache would hold for the same conversation"));
+  statusBar()->addWidget(m_statusTokens);
+  statusBar()->addWidget(m_statusSpeed);
+  statusBar()->addWidget(m_statusKv);
+  statusBar()->addPermanentWidget(m_statusPhase);
+}
+
+void MainWindow::connectWorker() {
+  // Requests: queued onto the worker's thread, executed in order.
+  connect(this, &MainWindow::requestLoad, m_worker, &SessionWorker::loadModel, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestTurn, m_worker, &SessionWorker::sendTurn, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestReset, m_worker, &SessionWorker::reset, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestSave, m_worker, &SessionWorker::saveConversation, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestOpen, m_worker, &SessionWorker::loadConversation, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::conversationSaved, this, [this](const QString& path) {
+    statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+    Q_EMIT conversationSaved(path);
+  }, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::conversationLoaded, this, &MainWindow::onConversationLoaded, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestRegenerate, m_worker, &SessionWorker::regenerate, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestEviction, m_worker, &SessionWorker::setEviction, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestGenerationParams, m_worker, &SessionWorker::setGenerationParams,
+          Qt::QueuedConnection);
+  // Results: values, queued onto the GUI thread.
+  connect(m_worker, &SessionWorker::busyChanged, this, [this](bool busy) {
+    m_busy = busy;
+    updateButtons();
+  }, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::modelLoading, this, [this](const QString& dir) {
+    m_statusPhase->setText(tr("loading %1…").arg(QFileInfo(dir).fileName()));
+  }, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::textChunk, this, [this](const QString& chunk) {
+    m_conversation->appendToAnswer(chunk);
+  }, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::frameReady, this, &MainWindow::onFrame, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::turnFinished, this, &MainWindow::onTurnFinished, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::turnFailed, this, &MainWindow::onTurnFailed, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::evictionApplied, this, &MainWindow::onEvictionApplied, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::conversationReset, this, [this] { m_conversation->clearConversation(); },
+          Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::errorOccurred, this, &MainWindow::showError, Qt::QueuedConnection);
+}
+
+// --- settings ----------------------------------------------------------------------------------
+
+namespace {
+const QString kGeometryKey = QStringLiteral("window/geometry");
+const QString kStateKey = QStringLiteral("window/state");
+const QString kMainSplitKey = QStringLiteral("window/mainSplitter");
+const QString kInspectorSplitKey = QStringLiteral("window/inspectorSplitter");
+const QString kPolicyKey = QStringLiteral("eviction/policy");
+const QString kBudgetKey = QStringLiteral("eviction/budgetPerHead");
+}  // namespace
+
+void MainWindow::restoreSettings() {
+  m_persist = true;
+  QSettings s;
+  restoreGeometry(s.value(kGeometryKey).toByteArray());
+  restoreState(s.value(kStateKey).toByteArray());
+  if (auto* split = findChild<QSplitter*>(QStringLiteral("mainSplitter"))) split->restoreState(s.value(kMainSplitKey).toByteArray());
+  if (auto* split = findChild<QSplitter*>(QStringLiteral("inspectorSplitter")))
+    split->restoreState(s.value(kInspectorSplitKey).toByteArray());
+  m_budgetFromSettings = s.contains(kBudgetKey);
+  const int budget = s.value(kBudgetKey, kDefaultBudget).toInt();
+  m_budget->blockSignals(true);
+  m_budget->setValue(budget);
+  m_budget->blockSignals(false);
+  const QString policy = s.value(kPolicyKey).toString();
+  if (!policy.isEmpty()) {
+    // The worker keeps it until a model loads and applies it then (an error names the problem).
+    m_userChosePolicy = true;
+    trimkv::EvictionSettings e;
+    e.policy = policy.toStdString();
+    if (policy != QLatin1String("full")) e.budget_per_head = budget;
+    Q_EMIT requestEviction(e);
+  }
+}
+
+void MainWindow::saveSettings() const {
+  QSettings s;
+  s.setValue(kGeometryKey, saveGeometry());
+  s.setValue(kStateKey, saveState());
+  if (auto* split = findChild<QSplitter*>(QStringLiteral("mainSplitter"))) s.setValue(kMainSplitKey, split->saveState());
+  if (auto* split = findChild<QSplitter*>(QStringLiteral("inspectorSplitter")))
+    s.setValue(kInspectorSplitKey, split->saveState());
+  s.setValue(kBudgetKey, m_budget->value());
+  if (m_userChosePolicy) s.setValue(kPolicyKey, QString::fromStdString(m_eviction.policy));
+}
+
+void MainWindow::closeEvent(QCloseEvent* event) {
+  if (m_persist) saveSettings();
+  QMainWindow::closeEvent(event);
+}
+
+// --- requests ----------------------------------------------------------------------------------
+
+void MainWindow::openModel(const QString& dir) { Q_EMIT requestLoad(dir); }
+
+void MainWindow::sendTurn(const QString& text, const QStringList& images) {
+  if (m_answering) return;  // one turn at a time; the input keeps the text
+  m_answering = true;
+  m_pendingText = text;
+  m_pendingImages = images;
+  m_conversation->addUserMessage(text, images);
+  m_conversation->beginAnswer();
+  m_statusPhase->setText(images.isEmpty() ? tr("prefill…") : tr("encoding images and prefill…"));
+  updateButtons();
+  Q_EMIT requestTurn(text, images);
+}
+
+void MainWindow::regenerate() {
+  if (m_answering || !m_hasModel || m_conversation->messageCount() == 0) return;
+  m_answering = true;
+  m_regenerating = true;
+  m_previousAnswer = m_conversation->endsWithAnswer() ? m_conversation->lastAnswer() : QString();
+  m_conversation->dropLastAnswer();
+  m_conversation->beginAnswer();
+  m_statusPhase->setText(tr("replaying the conversation…"));
+  updateButtons();
+  Q_EMIT requestRegenerate();
+}
+
+void MainWindow::sendFromInput() {
+  const QString text = m_input->toPlainText().trimmed();
+  if (m_answering || (text.isEmpty() && m_attachments.isEmpty())) return;
+  const QStringList images = m_attachments;
+  m_input->clear();
+  clearAttachments();
+  sendTurn(text, images);
+}
+
+void MainWindow::stopGeneration() {
+  if (m_answering) m_worker->requestStop();  // atomic flag: takes effect at the next token
+}
+
+void MainWindow::newConversation() {
+  stopGeneration();
+  Q_EMIT requestReset();
+}
+
+void MainWindow::saveConversation(const QString& path) { Q_EMIT requestSave(path); }
+
+void MainWindow::loadConversation(const QString& path) {
+  if (m_answering) return;
+  Q_EMIT requestOpen(path);
+}
+
+void MainWindow::chooseConversationToSave() {
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save the conversation"), tr("conversation.json"),
+                                                    tr("Conversations (*.json)"));
+  if (!path.isEmpty()) saveConversation(path);
+}
+
+void MainWindow::chooseConversationToOpen() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open a conversation"), QString(), tr("Conversations (*.json)"));
+  if (!path.isEmpty()) loadConversation(path);
+}
+
+void MainWindow::onConversationLoaded(const std::vector<trimkv::Message>& messages) {
+  m_conversation->clearConversation();
+  for (const trimkv::Message& m : messages) {
+    QString text;
+    QStringList images;
+    for (const trimkv::ContentPart& p : m.content) {
+      if (p.kind == trimkv::ContentPart::Kind::Text) text += QString::fromStdString(p.text);
+      else images << QString::fromStdString(p.path);
+    }
+    if (m.role == "user") {
+      m_conversation->addUserMessage(text, images);
+    } else {
+      m_conversation->beginAnswer();
+      m_conversation->appendToAnswer(text);
+      m_conversation->finishAnswer(QString());
+    }
+  }
+  updateButtons();
+  Q_EMIT conversationLoaded(static_cast<int>(messages.size()));
+}
+
+void MainWindow::setGenerationParams(const trimkv::GenerationParams& params) {
+  m_generation->setParams(params);
+  Q_EMIT requestGenerationParams(params);
+}
+
+void MainWindow::chooseModelFolder() {
+  const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a model folder"), m_model.dir);
+  if (!dir.isEmpty()) openModel(dir);
+}
+
+void MainWindow::attachImages() {
+  const QStringList paths = QFileDialog::getOpenFileNames(this, tr("Attach images"), QString(),
+                                                          tr("Images (*.png *.jpg *.jpeg *.bmp *.gif)"));
+  addAttachments(paths);
+}
+
+void MainWindow::addAttachments(const QStringList& paths) {
+  for (const QString& p : paths)
+    if (!m_attachments.contains(p)) m_attachments << p;
+  QStringList names;
+  for (const QString& p : m_attachments) names << QFileInfo(p).fileName();
+  m_attachLabel->setText(m_attachments.isEmpty() ? QString() : tr("Images: %1").arg(names.join(QStringLiteral(", "))));
+  m_attachLabel->setToolTip(m_attachments.join(QLatin1Char('\n')));
+  m_clearAttach->setVisible(!m_attachments.isEmpty());
+}
+
+void MainWindow::clearAttachments() {
+  m_attachments.clear();
+  addAttachments({});
+}
+
+void MainWindow::scheduleEvictionChange() { m_evictionDebounce->start(); }
+
+void MainWindow::applyEvictionFromControls() {
+  m_evictionDebounce->stop();
+  trimkv::EvictionSettings s;
+  s.policy = m_policy->currentData().toString().toStdString();
+  if (s.policy.empty()) return;
+  if (policyUsesBudget(s.policy)) s.budget_per_head = m_budget->value();
+  Q_EMIT requestEviction(s);
+}
+
+void MainWindow::showError(const QString& title, const QString& message) {
+  Q_EMIT errorReported(title, message);
+  if (!m_errorDialogs) return;
+  // Non-modal so that nothing (a test, the screenshot mode, a stream in flight) blocks on it.
+  auto* box = new QMessageBox(QMessageBox::Warning, title, message, QMessageBox::Ok, this);
+  box->setObjectName(QStringLiteral("errorDialog"));
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->open();
+}
+
+// --- results -----------------------------------------------------------------------------------
+
+void MainWindow::onModelLoaded(const ModelSummary& model) {
+  m_model = model;
+  m_hasModel = true;
+  const trimkv::ModelInfo& i = model.info;
+  QString builtIn;
+  try {
+    if (QFileInfo(QString::fromStdString(trimkv::default_model_dir())) == QFileInfo(model.dir)) builtIn = tr(" (built-in)");
+  } catch (const std::exception&) {
+    // No default model: this one is not it.
+  }
+  m_modelLabel->setText(tr("Model: <b>%1</b>%2").arg(QFileInfo(model.dir).fileName(), builtIn));
+  m_modelLabel->setToolTip(tr("%1\n%2 (%3), %4 layers × %5 KV heads, %6 M parameters%7")
+                               .arg(model.dir, QString::fromStdString(i.architecture),
+                                    QString::fromStdString(i.family))
+                               .arg(i.n_layer)
+                               .arg(i.n_kv_head)
+                               .arg(static_cast<double>(i.parameters) / 1e6, 0, 'f', 1)
+                               .arg(i.gates_file.empty() ? tr(", no retention gates")
+                                                         : tr(", gates: %1").arg(QString::fromStdString(i.gates_kind))));
+  m_policy->blockSignals(true);
+  m_policy->clear();
+  for (const auto& d : model.policies) {
+    QString label = QString::fromStdString(d.name);
+    if (d.needs_gates && i.gates_file.empty()) label += tr(" (needs gates)");
+    m_policy->addItem(label, QString::fromStdString(d.name));
+    m_policy->setItemData(m_policy->count() - 1, QString::fromStdString(d.summary), Qt::ToolTipRole);
+  }
+  m_policy->blockSignals(false);
+  m_conversation->clearConversation();
+  m_statusPhase->setText(tr("ready"));
+  updateButtons();
+  // Queued before anything a modelLoaded listener sends, so the first turn runs under it. Gates
+  // trained for a budget start at that budget (what they were made for).
+  if (!m_userChosePolicy) {
+    if (i.gates_train_budget > 0 && !m_budgetFromSettings) {
+      const QSignalBlocker block(m_budget);
+      m_budget->setValue(static_cast<int>(i.gates_train_budget));
+    }
+    Q_EMIT requestEviction(defaultEviction(i, m_budget->value()));
+  }
+  Q_EMIT modelLoaded(model);
+}
+
+void MainWindow::onEvictionApplied(const trimkv::EvictionSettings& settings) {
+  m_eviction = settings;
+  const int idx = m_policy->findData(QString::fromStdString(settings.policy));
+  m_policy->blockSignals(true);
+  if (idx >= 0) m_policy->setCurrentIndex(idx);
+  m_policy->blockSignals(false);
+  if (settings.budget_per_head && !m_evictionDebounce->isActive()) {
+    m_budget->blockSignals(true);
+    m_budget->setValue(static_cast<int>(*settings.budget_per_head));
+    m_budget->blockSignals(false);
+  }
+  m_budget->setEnabled(policyUsesBudget(settings.policy));
+  updateBudgetHint();
+  Q_EMIT evictionApplied(settings);
+}
+
+void MainWindow::onFrame(const InspectorFrame& frame) {
+  m_lastFrame = frame;
+  m_grid->setSnapshot(frame.kv);
+  m_strip->setFrame(frame.kv, frame.tokens);
+  m_strip->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
+  m_overlay->setFrame(frame.state.images, frame.kv);
+  m_overlay->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
+  onHeadSelected(m_grid->selectedLayer(), m_grid->selectedHead());
+  m_timeline->setTrace(frame.trace, frame.kv->step, frame.state.kv_entries);
+
+  const auto& st = frame.state;
+  const int64_t perToken = m_model.info.kv_bytes_per_token;
+  const int64_t heads = static_cast<int64_t>(frame.kv->geometry.n_layer) * frame.kv->geometry.n_kv_head;
+  m_statusKv->setText(tr("· KV %1 / %2 entries · %3 / %4")
+                          .arg(grouped(st.kv_entries), grouped(st.tokens * heads), bytesText(st.kv_bytes),
+                               bytesText(st.tokens * perToken)));
+  if (frame.phase == QLatin1String("decode"))
+    m_statusTokens->setText(tr("generating: %1 tokens").arg(frame.generatedTokens));
+  QString phase = QString::fromStdString(st.policy);
+  if (st.policy != "full")
+    phase += tr(" · step %1 · %2").arg(frame.kv->step).arg(st.eviction_events == 1 ? tr("1 eviction")
+                                                                                : tr("%1 evictions").arg(st.eviction_events));
+  phase += QStringLiteral(" · ") + (frame.phase == QLatin1String("idle") ? tr("idle") : frame.phase);
+  m_statusPhase->setText(phase);
+  updateBudgetHint();
+  Q_EMIT frameShown(frame);
+}
+
+void MainWindow::onTurnFinished(const TurnStats& stats) {
+  m_answering = false;
+  m_regenerating = false;
+  m_conversation->finishAnswer(stats.stopReason == QLatin1String("cancelled") ? tr("stopped")
+                               : stats.stopReason == QLatin1String("max_tokens") ? tr("reached the token limit")
+                               : stats.stopReason == QLatin1String("context_full") ? tr("the context is full")
+                                                                                  : QString());
+  updateButtons();
+  m_statusTokens->setText(tr("prompt %1 · generated %2 tokens").arg(grouped(stats.promptTokens), grouped(stats.generatedTokens)));
+  m_statusSpeed->setText(tr("· first token %1 s · %2 tok/s")
+                             .arg(stats.timeToFirstTokenMs / 1000.0, 0, 'f', 2)
+                             .arg(stats.tokensPerSecond, 0, 'f', 1));
+  updateButtons();
+  Q_EMIT answerFinished(stats);
+}
+
+void MainWindow::onTurnFailed(const QString& message) {
+  m_answering = false;
+  if (m_regenerating) {
+    // The worker restored the conversation as it was: so does the view.
+    m_regenerating = false;
+    m_conversation->dropLastAnswer();
+    if (!m_previousAnswer.isEmpty()) {
+      m_conversation->beginAnswer();
+      m_conversation->appendToAnswer(m_previousAnswer);
+      m_conversation->finishAnswer(QString());
+    }
+  } else {
+    // The engine kept nothing of the turn: take it off the view and give the text back.
+    m_conversation->dropLastTurn();
+    if (m_input->toPlainText().isEmpty()) m_input->setPlainText(m_pendingText);
+    if (m_attachments.isEmpty()) addAttachments(m_pendingImages);
+  }
+  m_statusPhase->setText(message);
+  updateButtons();
+  Q_EMIT turnFailed(message);
+}
+
+void MainWindow::onHeadSelected(int layer, int head) {
+  m_strip->setHead(layer, head);
+  m_overlay->setHead(layer, head);
+  const int kept = m_strip->keptCount();
+  const int64_t n = m_lastFrame.kv ? m_lastFrame.kv->n_tokens : 0;
+  if (m_allHeads->isChecked()) {
+    m_headLabel->setText(tr("<b>All heads</b>: %1 of %2 positions kept by at least one head "
+                            "(brighter: kept by more heads; hover for counts)").arg(kept).arg(n));
+    return;
+  }
+  m_headLabel->setText(tr("<b>Layer %1, KV head %2</b>: keeps %3 of %4 positions "
+                          "(bright: kept, faded: evicted; hover for details)")
+                           .arg(layer).arg(head).arg(kept).arg(n));
+}
+
+bool MainWindow::policyUsesBudget(const std::string& policy) const {
+  if (policy == "full") return false;
+  for (const auto& d : m_model.policies)
+    if (d.name == policy) return d.uses_budget;
+  return true;
+}
+
+void MainWindow::updateButtons() {
+  m_send->setEnabled(m_hasModel && !m_answering);
+  m_stop->setEnabled(m_answering);
+  m_regenerateAction->setEnabled(m_hasModel && !m_answering && m_conversation->messageCount() > 0);
+}
+
+void MainWindow::updateBudgetHint() {
+  if (!m_hasModel || !policyUsesBudget(m_eviction.policy)) {
+    m_budgetHint->setText(m_eviction.policy == "full" ? tr("  (full cache: no budget)")
+                                                      : tr("  (this policy takes no budget)"));
+    return;
+  }
+  // One entry per head and token: budget × (bytes of one token over all layers and heads).
+  const int64_t bytes = static_cast<int64_t>(m_budget->value()) * m_model.info.kv_bytes_per_token;
+  QString hint = tr("  ≈ %1").arg(bytesText(bytes));
+  const int64_t tokens = m_lastFrame.kv ? m_lastFrame.kv->n_tokens : 0;
+  if (tokens > 0) hint += tr(" · %1% of the context").arg(std::min<int64_t>(999, 100 * m_budget->value() / tokens));
+  m_budgetHint->setText(hint);
+}

@@ -1,0 +1,169 @@
+// The main window: toolbar (model, policy, budget), conversation on the left, the inspector
+// (head grid, head strip, image overlay) on the right, status bar. Talks to its SessionWorker
+// only through queued calls and the worker's value signals; re-emits what tests and the
+// screenshot mode need as its own (GUI-thread) signals.
+#pragma once
+#include <QMainWindow>
+#include <QStringList>
+#include <QThread>
+
+#include "session_types.h"
+
+class ChatInput;
+class ConversationView;
+class GenerationSettings;
+class HeadGrid;
+class HeadStrip;
+class ImageOverlay;
+class TimelineChart;
+class QTabWidget;
+class QAction;
+class QCheckBox;
+class QComboBox;
+class QLabel;
+class QPushButton;
+class QSpinBox;
+class QTimer;
+class SessionWorker;
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+
+ public:
+  // Default budget of a fresh window, in entries per layer and KV head.
+  static constexpr int kDefaultBudget = 32;
+
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Requests (all asynchronous; results arrive as signals).
+  void openModel(const QString& dir);
+  void sendTurn(const QString& text, const QStringList& images);  // as if typed and sent
+  void stopGeneration();
+  void regenerate();  // the last answer again, under the current settings
+  void newConversation();
+  void saveConversation(const QString& path);
+  void loadConversation(const QString& path);
+  void addAttachments(const QStringList& paths);  // images for the next message
+  void clearAttachments();
+  void setGenerationParams(const trimkv::GenerationParams& params);
+  // Window layout, policy and budget from QSettings; from then on they are saved on close.
+  // (Not called by tests or the screenshot mode, which want the defaults.)
+  void restoreSettings();
+  // Error dialogs are non-modal (open()), so nothing blocks; tests may turn them off.
+  void setErrorDialogsEnabled(bool enabled) { m_errorDialogs = enabled; }
+  // Reports a problem: errorReported, then (when enabled) a non-modal dialog naming it.
+  void showError(const QString& title, const QString& message);
+
+  // For tests and the screenshot mode.
+  bool isBusy() const { return m_busy; }
+  bool isAnswering() const { return m_answering; }
+  const InspectorFrame& lastFrame() const { return m_lastFrame; }
+  const ModelSummary& model() const { return m_model; }
+  HeadGrid* headGrid() const { return m_grid; }
+  HeadStrip* headStrip() const { return m_strip; }
+  QCheckBox* allHeadsToggle() const { return m_allHeads; }
+  ImageOverlay* imageOverlay() const { return m_overlay; }
+  TimelineChart* timeline() const { return m_timeline; }
+  ConversationView* conversation() const { return m_conversation; }
+  ChatInput* input() const { return m_input; }
+  QComboBox* policyCombo() const { return m_policy; }
+  GenerationSettings* generationSettings() const { return m_generation; }
+  QSpinBox* budgetSpin() const { return m_budget; }
+  QPushButton* sendButton() const { return m_send; }
+  const QStringList& attachments() const { return m_attachments; }
+  QPushButton* stopButton() const { return m_stop; }
+  SessionWorker* worker() const { return m_worker; }
+
+ Q_SIGNALS:
+  void modelLoaded(const ModelSummary& model);
+  void frameShown(const InspectorFrame& frame);
+  void answerFinished(const TurnStats& stats);
+  void turnFailed(const QString& message);
+  void conversationSaved(const QString& path);
+  void conversationLoaded(int messages);
+  void evictionApplied(const trimkv::EvictionSettings& settings);
+  void errorReported(const QString& title, const QString& message);
+
+  // To the worker (queued).
+  void requestLoad(const QString& dir);
+  void requestTurn(const QString& text, const QStringList& images);
+  void requestReset();
+  void requestSave(const QString& path);
+  void requestOpen(const QString& path);
+  void requestRegenerate();
+  void requestEviction(const trimkv::EvictionSettings& settings);
+  void requestGenerationParams(const trimkv::GenerationParams& params);
+
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
+ private:
+  void saveSettings() const;
+  void buildToolbar();
+  void buildCentral();
+  void buildStatusBar();
+  void connectWorker();
+  void sendFromInput();
+  void chooseModelFolder();
+  void attachImages();
+  void scheduleEvictionChange();
+  void applyEvictionFromControls();
+  void updateButtons();
+  bool policyUsesBudget(const std::string& policy) const;
+  void updateBudgetHint();
+
+  void onModelLoaded(const ModelSummary& model);
+  void onFrame(const InspectorFrame& frame);
+  void onTurnFinished(const TurnStats& stats);
+  void onTurnFailed(const QString& message);
+  void onEvictionApplied(const trimkv::EvictionSettings& settings);
+  void onHeadSelected(int layer, int head);
+  void onConversationLoaded(const std::vector<trimkv::Message>& messages);
+  void chooseConversationToSave();
+  void chooseConversationToOpen();
+
+  QThread m_thread;
+  SessionWorker* m_worker = nullptr;  // lives on m_thread; deleted when it finishes
+
+  QLabel* m_modelLabel = nullptr;
+  QComboBox* m_policy = nullptr;
+  QSpinBox* m_budget = nullptr;
+  QLabel* m_budgetHint = nullptr;
+  QTimer* m_evictionDebounce = nullptr;  // coalesces budget edits into one request
+  GenerationSettings* m_generation = nullptr;
+
+  ConversationView* m_conversation = nullptr;
+  ChatInput* m_input = nullptr;
+  QLabel* m_attachLabel = nullptr;
+  QPushButton* m_clearAttach = nullptr;
+  QPushButton* m_send = nullptr;
+  QPushButton* m_stop = nullptr;
+
+  HeadGrid* m_grid = nullptr;
+  QLabel* m_headLabel = nullptr;
+  QCheckBox* m_allHeads = nullptr;
+  HeadStrip* m_strip = nullptr;
+  ImageOverlay* m_overlay = nullptr;
+  TimelineChart* m_timeline = nullptr;
+  QTabWidget* m_lowerTabs = nullptr;  // image overlay | timeline
+
+  QLabel* m_statusTokens = nullptr;
+  QLabel* m_statusSpeed = nullptr;
+  QLabel* m_statusKv = nullptr;
+  QLabel* m_statusPhase = nullptr;
+
+  ModelSummary m_model;
+  bool m_hasModel = false;
+  bool m_userChosePolicy = false;  // else a loaded model gets defaultEviction()
+  trimkv::EvictionSettings m_eviction;  // in force in the worker
+  InspectorFrame m_lastFrame;
+  QStringList m_attachments;
+  QString m_pendingText;  // the turn in flight, restored into the input if the engine refuses it
+  QStringList m_pendingImages;
+  bool m_regenerating = false;
+  QString m_previousAnswer;  // shown again if regenerating fails
+  QAction* m_regenerateAction = nullptr;
+  bool m_busy = false, m_answering = false, m_errorDialogs = true, m_persist = false;
+  bool m_budgetFromSettings = false;  // the user's budget was restored: keep it
+};

@@ -1,0 +1,68 @@
+// Immutable value types the SessionWorker sends to the GUI thread over queued connections
+// (STYLE.md §12). Everything large is held by shared_ptr<const T>: a frame is copied by the
+// signal machinery, its payload never is, and no one can change it after it was emitted.
+#pragma once
+#include <QMetaType>
+#include <QString>
+#include <QStringList>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "trimkv/core/engine.h"
+#include "trimkv/core/snapshot.h"
+#include "trimkv/core/trace.h"
+#include "trimkv/vision/chat_engine.h"
+#include "trimkv/vision/vlm_info.h"
+
+// One position of the conversation's token stream as the inspector knows it. The public snapshot
+// lists kept entries only, so the worker accumulates the metadata of every token it has seen kept
+// by some head in some snapshot (token metadata never changes). A token evicted by every head
+// before any snapshot saw it stays unknown (known == false): the strip draws it as "unknown".
+struct TokenSlot {
+  bool known = false;
+  trimkv::Modality modality = trimkv::Modality::Text;
+  int16_t turn = 0;
+  int16_t imageId = -1;
+  int16_t tile = 0;
+  int16_t patchRow = 0;
+  int16_t patchCol = 0;
+};
+
+// What the inspector draws at one moment of the conversation.
+struct InspectorFrame {
+  trimkv::vision::ConversationState state;
+  std::shared_ptr<const trimkv::KvSnapshot> kv;       // never null in an emitted frame
+  std::shared_ptr<const std::vector<TokenSlot>> tokens;  // [kv->n_tokens]
+  std::shared_ptr<const trimkv::Trace> trace;         // end of a turn only (else null)
+  QString phase;                                      // "prefill" | "decode" | "idle"
+  int64_t generatedTokens = 0;                        // of the turn in flight
+};
+
+// The loaded model, as the toolbar and the status bar show it.
+struct ModelSummary {
+  QString dir;
+  trimkv::ModelInfo info;
+  trimkv::vision::VisionInfo vision;
+  std::vector<trimkv::PolicyDescription> policies;  // every policy of the eviction engine
+};
+
+// Timings and sizes of one finished (or stopped) answer.
+struct TurnStats {
+  QString text;        // the whole answer
+  QString stopReason;  // eos | stop_string | max_tokens | context_full | cancelled
+  int64_t promptTokens = 0;
+  int64_t generatedTokens = 0;
+  double timeToFirstTokenMs = 0;  // from the request (image encoding + prefill) to the first text
+  double tokensPerSecond = 0;     // decode steps after the first token
+};
+
+Q_DECLARE_METATYPE(InspectorFrame)
+Q_DECLARE_METATYPE(ModelSummary)
+Q_DECLARE_METATYPE(TurnStats)
+Q_DECLARE_METATYPE(trimkv::EvictionSettings)
+Q_DECLARE_METATYPE(trimkv::GenerationParams)
+Q_DECLARE_METATYPE(std::vector<trimkv::Message>)
+
+// Registers the types above for queued connections (idempotent; call before connecting).
+void registerSessionTypes();

@@ -1,0 +1,344 @@
+#include "session_worker.h"
+
+#include <algorithm>
+#include <exception>
+
+#include "conversation_file.h"
+#include "trimkv/core/error.h"
+
+using trimkv::vision::ChatEngine;
+
+void registerSessionTypes() {
+  qRegisterMetaType<InspectorFrame>("InspectorFrame");
+  qRegisterMetaType<ModelSummary>("ModelSummary");
+  qRegisterMetaType<TurnStats>("TurnStats");
+  qRegisterMetaType<trimkv::EvictionSettings>("trimkv::EvictionSettings");
+  qRegisterMetaType<trimkv::GenerationParams>("trimkv::GenerationParams");
+  qRegisterMetaType<std::vector<trimkv::Message>>("std::vector<trimkv::Message>");
+}
+
+namespace {
+
+QString errorText(const std::exception& e) { return QString::fromStdString(e.what()); }
+
+bool isCancelled(const std::exception& e) {
+  const auto* err = dynamic_cast<const trimkv::Error*>(&e);
+  return err && err->kind() == trimkv::ErrorKind::Cancelled;
+}
+
+// Marks busy for the lifetime of a request.
+class BusyScope {
+ public:
+  explicit BusyScope(SessionWorker* w) : m_w(w) { Q_EMIT m_w->busyChanged(true); }
+  ~BusyScope() { Q_EMIT m_w->busyChanged(false); }
+
+ private:
+  SessionWorker* m_w;
+};
+
+}  // namespace
+
+trimkv::EvictionSettings defaultEviction(const trimkv::ModelInfo& info, int64_t budget) {
+  trimkv::EvictionSettings s;
+  s.policy = info.gates_file.empty() ? "h2o" : (info.gates_kind.empty() ? "dbtrimkv" : info.gates_kind);
+  s.budget_per_head = budget;
+  return s;
+}
+
+SessionWorker::SessionWorker(QObject* parent) : QObject(parent) { registerSessionTypes(); }
+
+SessionWorker::~SessionWorker() = default;
+
+void SessionWorker::requestStop() { m_cancel.store(true); }
+
+void SessionWorker::loadModel(const QString& dir) {
+  BusyScope busy(this);
+  Q_EMIT modelLoading(dir);
+  std::unique_ptr<ChatEngine> engine;
+  try {
+    // Loaded aside: on error the current model and conversation stay as they are.
+    engine = ChatEngine::load(dir.toStdString());
+  } catch (const std::exception& e) {
+    Q_EMIT errorOccurred(tr("Cannot open the model"), errorText(e));
+    return;
+  }
+  m_engine = std::move(engine);
+  m_modelDir = dir;
+  m_tokens.clear();
+  ModelSummary summary;
+  summary.dir = dir;
+  summary.info = m_engine->info();
+  summary.vision = m_engine->vision_info();
+  summary.policies = trimkv::describe_policies();
+  // Keep the user's eviction choice across models when the new one accepts it.
+  if (m_eviction.policy != "full") {
+    try {
+      m_engine->set_eviction(m_eviction);
+    } catch (const std::exception& e) {
+      Q_EMIT errorOccurred(tr("The eviction settings do not fit this model"),
+                           errorText(e) + tr("\nThe model runs with the full cache."));
+      m_eviction = trimkv::EvictionSettings{};
+    }
+  }
+  Q_EMIT modelLoaded(summary);
+  Q_EMIT evictionApplied(m_eviction);
+  emitFrame(QStringLiteral("idle"), 0, true);
+}
+
+void SessionWorker::setEviction(const trimkv::EvictionSettings& settings) {
+  if (!m_engine) {
+    m_eviction = settings;  // applied when a model loads
+    Q_EMIT evictionApplied(settings);
+    return;
+  }
+  try {
+    m_engine->set_eviction(settings);  // checked against the model; nothing changes on error
+  } catch (const std::exception& e) {
+    Q_EMIT errorOccurred(tr("Cannot use these eviction settings"), errorText(e));
+    Q_EMIT evictionApplied(m_eviction);  // lets the GUI show what is still in force
+    return;
+  }
+  m_eviction = settings;
+  Q_EMIT evictionApplied(settings);
+}
+
+void SessionWorker::setGenerationParams(const trimkv::GenerationParams& params) { m_params = params; }
+
+void SessionWorker::reset() {
+  if (!m_engine) return;
+  BusyScope busy(this);
+  try {
+    m_engine->reset();
+  } catch (const std::exception& e) {  // nothing may escape a slot into the event loop
+    Q_EMIT errorOccurred(tr("Cannot start a new conversation"), errorText(e));
+    return;
+  }
+  m_tokens.clear();
+  Q_EMIT conversationReset();
+  emitFrame(QStringLiteral("idle"), 0, true);
+}
+
+void SessionWorker::sendTurn(const QString& text, const QStringList& images) {
+  BusyScope busy(this);
+  if (!m_engine) {
+    Q_EMIT turnFailed(tr("No model is loaded."));
+    Q_EMIT errorOccurred(tr("Cannot send the message"), tr("No model is loaded: open a model folder first."));
+    return;
+  }
+  m_cancel.store(false);  // a stop from before this request does not apply to it
+  QElapsedTimer clock;
+  clock.start();
+  std::vector<std::string> paths;
+  for (const QString& p : images) paths.push_back(p.toStdString());
+  const std::vector<trimkv::Message> before = m_engine->transcript();
+
+  try {
+    m_engine->add_user_turn(text.toStdString(), paths, &m_cancel);
+  } catch (const std::exception& e) {
+    // The engine rolled back: the conversation is as before the request.
+    if (isCancelled(e)) {
+      Q_EMIT turnFailed(tr("Stopped before the answer started."));
+    } else {
+      Q_EMIT turnFailed(errorText(e));
+      Q_EMIT errorOccurred(tr("Cannot add the message"), errorText(e));
+    }
+    emitFrame(QStringLiteral("idle"), 0, false);
+    return;
+  }
+  answerPending(clock, before);
+}
+
+void SessionWorker::regenerate() {
+  BusyScope busy(this);
+  if (!m_engine) {
+    Q_EMIT turnFailed(tr("No model is loaded."));
+    return;
+  }
+  m_cancel.store(false);
+  QElapsedTimer clock;
+  clock.start();
+  const std::vector<trimkv::Message> before = m_engine->transcript();
+  std::vector<trimkv::Message> history = before;
+  if (!history.empty() && history.back().role == "assistant") history.pop_back();
+  if (history.empty() || history.back().role != "user") {
+    Q_EMIT turnFailed(tr("There is no question to answer again."));
+    return;
+  }
+  try {
+    replay(history);
+  } catch (const std::exception& e) {
+    restore(before);
+    if (!isCancelled(e)) Q_EMIT errorOccurred(tr("Cannot replay the conversation"), errorText(e));
+    Q_EMIT turnFailed(errorText(e));
+    emitFrame(QStringLiteral("idle"), 0, true);
+    return;
+  }
+  answerPending(clock, before);
+}
+
+void SessionWorker::saveConversation(const QString& path) {
+  if (!m_engine) return;
+  try {
+    saveConversationFile(path, m_engine->transcript(), m_modelDir);
+  } catch (const std::exception& e) {
+    Q_EMIT errorOccurred(tr("Cannot save the conversation"), errorText(e));
+    return;
+  }
+  Q_EMIT conversationSaved(path);
+}
+
+void SessionWorker::loadConversation(const QString& path) {
+  BusyScope busy(this);
+  if (!m_engine) {
+    Q_EMIT errorOccurred(tr("Cannot open the conversation"), tr("No model is loaded: open a model folder first."));
+    return;
+  }
+  std::vector<trimkv::Message> messages;
+  try {
+    messages = loadConversationFile(path);
+  } catch (const std::exception& e) {
+    Q_EMIT errorOccurred(tr("Cannot open the conversation"), errorText(e));
+    return;
+  }
+  const std::vector<trimkv::Message> before = m_engine->transcript();
+  m_cancel.store(false);
+  try {
+    replay(messages);  // images re-encoded, answers as given, under the current settings
+  } catch (const std::exception& e) {
+    restore(before);
+    if (!isCancelled(e)) Q_EMIT errorOccurred(tr("Cannot open the conversation"), errorText(e));
+    emitFrame(QStringLiteral("idle"), 0, true);
+    return;
+  }
+  Q_EMIT conversationLoaded(m_engine->transcript());
+  emitFrame(QStringLiteral("idle"), 0, true);
+}
+
+void SessionWorker::replay(const std::vector<trimkv::Message>& messages) {
+  m_engine->reset();  // a fresh evictor too: the replay runs under the current settings
+  m_tokens.clear();
+  for (const trimkv::Message& m : messages) {
+    if (m.role == "user") {
+      m_engine->add_user_turn(m.content, &m_cancel);
+    } else if (m.role == "assistant") {
+      std::string text;
+      for (const trimkv::ContentPart& p : m.content)
+        if (p.kind == trimkv::ContentPart::Kind::Text) text += p.text;
+      m_engine->add_assistant_text(text);
+    }
+  }
+}
+
+void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
+  const bool wasCancelled = m_cancel.exchange(false);  // the restore itself must not be stopped
+  try {
+    replay(messages);
+  } catch (const std::exception& e) {
+    m_engine->reset();
+    m_tokens.clear();
+    Q_EMIT conversationReset();
+    Q_EMIT errorOccurred(tr("The conversation was lost"),
+                         tr("It could not be restored after an error: %1").arg(errorText(e)));
+  }
+  m_cancel.store(wasCancelled);
+}
+
+void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before) {
+  const int64_t promptTokens = m_engine->state().tokens;
+  emitFrame(QStringLiteral("prefill"), 0, false);
+
+  m_pendingText.clear();
+  m_textClock.start();
+  m_frameClock.start();
+  double firstTextMs = -1;
+  const double respondStartMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
+  auto onText = [&](const std::string& piece) {
+    if (firstTextMs < 0) firstTextMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
+    m_pendingText += QString::fromStdString(piece);
+    if (m_textClock.elapsed() >= kMinEmitIntervalMs) flushText();
+    // The callback runs between decode steps: the cache is consistent and may be read.
+    if (m_frameClock.elapsed() >= kMinEmitIntervalMs) {
+      emitFrame(QStringLiteral("decode"), m_engine->state().tokens - promptTokens, false);
+      m_frameClock.restart();
+    }
+  };
+
+  trimkv::GenerationResult result;
+  try {
+    result = m_engine->respond(m_params, onText, &m_cancel);
+  } catch (const std::exception& e) {
+    // The engine is back to "awaiting an answer"; the GUI drops the turn, so the conversation
+    // goes back to what it was before the request.
+    m_pendingText.clear();
+    restore(before);
+    if (isCancelled(e)) {
+      Q_EMIT turnFailed(tr("Stopped."));
+    } else {
+      Q_EMIT turnFailed(errorText(e));
+      Q_EMIT errorOccurred(tr("The answer failed"), errorText(e));
+    }
+    emitFrame(QStringLiteral("idle"), 0, true);
+    return;
+  }
+  flushText();
+
+  TurnStats stats;
+  stats.text = QString::fromStdString(result.text);
+  stats.stopReason = QString::fromStdString(result.stop_reason);
+  stats.promptTokens = promptTokens;
+  stats.generatedTokens = static_cast<int64_t>(result.tokens.size());
+  stats.timeToFirstTokenMs = firstTextMs >= 0 ? firstTextMs : respondStartMs + result.prefill_ms;
+  if (stats.generatedTokens > 1 && result.decode_ms > 0)
+    stats.tokensPerSecond = static_cast<double>(stats.generatedTokens - 1) / (result.decode_ms / 1000.0);
+  emitFrame(QStringLiteral("idle"), stats.generatedTokens, true);
+  Q_EMIT turnFinished(stats);
+}
+
+void SessionWorker::flushText() {
+  if (!m_pendingText.isEmpty()) {
+    Q_EMIT textChunk(m_pendingText);
+    m_pendingText.clear();
+  }
+  m_textClock.restart();
+}
+
+void SessionWorker::learnTokens(const trimkv::KvSnapshot& kv) {
+  if (static_cast<int64_t>(m_tokens.size()) < kv.n_tokens) m_tokens.resize(static_cast<size_t>(kv.n_tokens));
+  for (const trimkv::HeadSnapshot& head : kv.heads) {
+    for (const trimkv::SnapshotEntry& e : head.entries) {
+      if (e.token_index < 0 || static_cast<size_t>(e.token_index) >= m_tokens.size()) continue;
+      TokenSlot& slot = m_tokens[static_cast<size_t>(e.token_index)];
+      if (slot.known) continue;
+      slot.known = true;
+      slot.modality = e.modality;
+      slot.turn = e.turn;
+      slot.imageId = e.image_id;
+      slot.tile = e.tile;
+      slot.patchRow = e.patch_row;
+      slot.patchCol = e.patch_col;
+    }
+  }
+}
+
+void SessionWorker::emitFrame(const QString& phase, int64_t generated, bool withTrace) {
+  if (!m_engine) return;
+  InspectorFrame frame;
+  std::shared_ptr<trimkv::KvSnapshot> kv;
+  try {
+    frame.state = m_engine->state();
+    kv = std::make_shared<trimkv::KvSnapshot>(m_engine->snapshot());
+    if (withTrace) frame.trace = std::make_shared<const trimkv::Trace>(m_engine->trace());
+  } catch (const std::exception& e) {  // a bug in the engine's views: say so, keep running
+    Q_EMIT errorOccurred(tr("Cannot read the KV cache"), errorText(e));
+    return;
+  }
+  learnTokens(*kv);
+  std::vector<TokenSlot> tokens(m_tokens.begin(),
+                                m_tokens.begin() + std::min<int64_t>(kv->n_tokens, m_tokens.size()));
+  tokens.resize(static_cast<size_t>(kv->n_tokens));
+  frame.kv = std::move(kv);
+  frame.tokens = std::make_shared<const std::vector<TokenSlot>>(std::move(tokens));
+  frame.phase = phase;
+  frame.generatedTokens = generated;
+  Q_EMIT frameReady(frame);
+}

@@ -1,0 +1,104 @@
+// The one object that owns the vision::ChatEngine (STYLE.md §12, §13). It lives on its own
+// QThread; the GUI talks to it only through queued slot calls and receives immutable values
+// (session_types.h) through its signals. The GUI thread never calls the engine.
+//
+// Contract of the signals of one request:
+//   loadModel  -> modelLoaded + frameReady, or errorOccurred (the previous model stays loaded)
+//   sendTurn   -> frameReady (after the prefill), textChunk* and frameReady* while decoding,
+//                 then exactly one of turnFinished (answer complete or stopped) or turnFailed
+//                 (nothing of the turn was kept: the conversation is as before the request)
+//   regenerate -> as sendTurn (the last answer is replaced)
+//   setEviction -> evictionApplied, or errorOccurred (the previous settings stay)
+//   reset      -> conversationReset + frameReady
+//   saveConversation -> conversationSaved, or errorOccurred
+//   loadConversation -> conversationLoaded + frameReady, or errorOccurred (conversation kept)
+// busyChanged(true/false) brackets every request.
+#pragma once
+#include <QElapsedTimer>
+#include <QObject>
+#include <QString>
+#include <QStringList>
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "session_types.h"
+
+class SessionWorker : public QObject {
+  Q_OBJECT
+
+ public:
+  // At most this many textChunk and frameReady emits per second each (coalesced in between).
+  static constexpr int kMinEmitIntervalMs = 50;
+
+  explicit SessionWorker(QObject* parent = nullptr);
+  ~SessionWorker() override;
+
+  // Thread-safe, callable from any thread (not through the event loop, which is blocked while a
+  // turn runs): the turn in flight stops at its next token. A stop before a request has no effect
+  // on later requests.
+  void requestStop();
+
+ public Q_SLOTS:
+  void loadModel(const QString& dir);
+  // `text` may hold <image> placeholders; images without placeholders go first.
+  void sendTurn(const QString& text, const QStringList& images);
+  // Answers the last question again under the current settings: the conversation is rebuilt from
+  // its transcript (user turns re-encoded, earlier answers as given) without the last answer,
+  // then a new answer is generated. Signals as sendTurn; on failure the conversation is restored.
+  void regenerate();
+  void reset();
+  // Writes the transcript and copies its images beside it (conversation_file.h).
+  void saveConversation(const QString& path);
+  // Replaces the conversation by a saved one, replayed under the current settings; on error the
+  // conversation stays as it was.
+  void loadConversation(const QString& path);
+  void setEviction(const trimkv::EvictionSettings& settings);
+  void setGenerationParams(const trimkv::GenerationParams& params);
+
+ Q_SIGNALS:
+  void busyChanged(bool busy);
+  void modelLoading(const QString& dir);
+  void modelLoaded(const ModelSummary& model);
+  void textChunk(const QString& chunk);
+  void frameReady(const InspectorFrame& frame);
+  void turnFinished(const TurnStats& stats);
+  void turnFailed(const QString& message);
+  void evictionApplied(const trimkv::EvictionSettings& settings);
+  void conversationReset();
+  void conversationSaved(const QString& path);
+  void conversationLoaded(const std::vector<trimkv::Message>& messages);
+  // A problem the user must see: `title` says what failed ("Cannot open the model"), `message`
+  // is the library's error text naming the folder, file, field or setting.
+  void errorOccurred(const QString& title, const QString& message);
+
+ private:
+  // Builds and emits a frame of the engine's current state (the worker thread only).
+  void emitFrame(const QString& phase, int64_t generated, bool withTrace);
+  void flushText();
+  // Generates the answer to the pending user turn (see sendTurn's signals). On failure the
+  // conversation is rebuilt as `before`.
+  void answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before);
+  // Resets the engine and re-adds `messages` (throws what the engine throws).
+  void replay(const std::vector<trimkv::Message>& messages);
+  // replay() that cannot be stopped; when even that fails the conversation is reset and the
+  // user told.
+  void restore(const std::vector<trimkv::Message>& messages);
+  void learnTokens(const trimkv::KvSnapshot& kv);
+
+  std::unique_ptr<trimkv::vision::ChatEngine> m_engine;
+  QString m_modelDir;
+  trimkv::EvictionSettings m_eviction;  // what the engine runs under (policy "full" = none)
+  trimkv::GenerationParams m_params;
+  std::atomic<bool> m_cancel{false};
+  std::vector<TokenSlot> m_tokens;  // metadata of every token seen kept so far (see TokenSlot)
+
+  // Coalescing of the turn in flight (worker thread only).
+  QString m_pendingText;
+  QElapsedTimer m_textClock, m_frameClock;
+};
+
+// The policy a fresh window starts with for a model: the model's gate policy when it has gates,
+// else "h2o" (needs no gates and takes any budget, unlike the SnapKV family whose window must
+// fit in it); budget per head `budget`.
+trimkv::EvictionSettings defaultEviction(const trimkv::ModelInfo& info, int64_t budget);
