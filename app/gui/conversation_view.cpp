@@ -27,7 +27,7 @@ void insertMarkdown(QTextCursor& c, const QString& markdown) {
 
 ConversationView::ConversationView(QWidget* parent) : QTextBrowser(parent) {
   setOpenExternalLinks(true);
-  setPlaceholderText(tr("Ask about an image: attach one (📎 or drag it onto the input) and type a question."));
+  setPlaceholderText(tr("Ask about an image: attach one (Attach image…, drag and drop or paste) and type a question."));
 }
 
 void ConversationView::addUserMessage(const QString& text, const QStringList& images) {
