@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/vision/idefics3.h"
 #include "world/world_internal.h"
 
 namespace trimkv::vision::world {
@@ -173,14 +174,12 @@ std::string conversation_json(const Conversation& conv, const std::vector<std::s
 }
 
 std::string chat_text(const std::vector<std::pair<std::string, std::string>>& turns) {
-  std::string text = "<|im_start|>";
-  for (const auto& [user, answer] : turns) {
-    const bool image_first = user.rfind(kImageToken, 0) == 0;
-    text += image_first ? "User:" : "User: ";
-    text += user;
-    text += "<end_of_utterance>\nAssistant: ";
-    text += answer;
-    text += "<end_of_utterance>\n";
+  if (turns.empty()) return "<|im_start|>";  // the conversation opening alone
+  std::string text;
+  for (size_t k = 0; k < turns.size(); ++k) {
+    const auto& [user, answer] = turns[k];
+    text += idefics3_user_turn_open(k == 0, user.rfind(kImageToken, 0) == 0) + user + idefics3_user_turn_close() +
+            idefics3_answer_text(answer);
   }
   return text;
 }
