@@ -136,13 +136,7 @@ void SessionWorker::sendTurn(const QString& text, const QStringList& images) {
     m_engine->add_user_turn(text.toStdString(), paths, &m_cancel);
   } catch (const std::exception& e) {
     // The engine rolled back: the conversation is as before the request.
-    if (isCancelled(e)) {
-      Q_EMIT turnFailed(tr("Stopped before the answer started."));
-    } else {
-      Q_EMIT turnFailed(errorText(e));
-      Q_EMIT errorOccurred(tr("Cannot add the message"), errorText(e));
-    }
-    emitFrame(QStringLiteral("idle"), 0, false);
+    reportTurnFailure(e, tr("Stopped before the answer started."), tr("Cannot add the message"), false);
     return;
   }
   answerPending(clock, before);
@@ -271,13 +265,7 @@ void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<
     // goes back to what it was before the request.
     m_pendingText.clear();
     restore(before);
-    if (isCancelled(e)) {
-      Q_EMIT turnFailed(tr("Stopped."));
-    } else {
-      Q_EMIT turnFailed(errorText(e));
-      Q_EMIT errorOccurred(tr("The answer failed"), errorText(e));
-    }
-    emitFrame(QStringLiteral("idle"), 0, true);
+    reportTurnFailure(e, tr("Stopped."), tr("The answer failed"), true);
     return;
   }
   flushText();
@@ -318,6 +306,17 @@ void SessionWorker::learnTokens(const trimkv::KvSnapshot& kv) {
       slot.patchCol = e.patch_col;
     }
   }
+}
+
+void SessionWorker::reportTurnFailure(const std::exception& e, const QString& stopped, const QString& title,
+                                      bool withTrace) {
+  if (isCancelled(e)) {
+    Q_EMIT turnFailed(stopped);
+  } else {
+    Q_EMIT turnFailed(errorText(e));
+    Q_EMIT errorOccurred(title, errorText(e));
+  }
+  emitFrame(QStringLiteral("idle"), 0, withTrace);
 }
 
 void SessionWorker::emitFrame(const QString& phase, int64_t generated, bool withTrace) {

@@ -19,6 +19,7 @@
 #include <QString>
 #include <QStringList>
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <vector>
 
@@ -75,6 +76,9 @@ class SessionWorker : public QObject {
  private:
   // Builds and emits a frame of the engine's current state (the worker thread only).
   void emitFrame(const QString& phase, int64_t generated, bool withTrace);
+  // A failed turn: turnFailed (with `stopped` when it was cancelled, else the error, which also
+  // goes to errorOccurred under `title`), then an idle frame.
+  void reportTurnFailure(const std::exception& e, const QString& stopped, const QString& title, bool withTrace);
   void flushText();
   // Generates the answer to the pending user turn (see sendTurn's signals). On failure the
   // conversation is rebuilt as `before`.
