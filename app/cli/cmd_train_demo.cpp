@@ -38,6 +38,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       {"resume", "", "continue from DIR/train/checkpoint.safetensors (same options)"},
       {"export-checkpoint", "", "write the checkpoint's weights to DIR/model.safetensors (to evaluate a run in progress) and stop"},
       {"describe", "P", "probability that an extra turn is a caption"},
+      {"attn-weight", "W", "weight of the attention targets (0: off)"},
       {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
       {"short-images", "K", "max images per conversation in the chat-short stage"},
       {"short-objects", "K", "max objects per image in the chat-short stage"},
@@ -71,6 +72,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.export_only = args.flag("export-checkpoint");
   o.init_from = args.get("init-from");
   o.describe_probability = args.get_double("describe", d.describe_probability);
+  o.attn_weight = args.get_double("attn-weight", d.attn_weight);
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
   o.chat_short.batch = args.get_int("short-batch", static_cast<int>(d.chat_short.batch));
@@ -86,10 +88,10 @@ int cmd_train_demo(int argc, char** argv, int first) {
     constexpr int kWidth = 20;
     const int filled = static_cast<int>(kWidth * p.step / std::max<int64_t>(1, p.total));
     char line[400];
-    std::snprintf(line, sizeof line, "%-10s [%s%s] %lld/%lld  loss %.4f (answers %.4f, tokens %.4f)  lr %.2e  %s  ETA %s%s",
+    std::snprintf(line, sizeof line, "%-10s [%s%s] %lld/%lld  loss %.4f (answers %.4f, tokens %.4f, looking %.2f/%.2f/%.2f/%.2f)  lr %.2e  %s  ETA %s%s",
                   p.stage.c_str(), std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
                   static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss, p.answer_loss, p.aux_loss,
-                  p.lr, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
+                  p.attn_hops[0], p.attn_hops[1], p.attn_hops[2], p.attn_hops[3], p.lr, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
                   p.checkpointed ? "  [checkpoint]" : "");
     const bool val = p.val_probe_objects >= 0;
     std::cerr << (tty ? "\r" : "") << line << (tty && !val ? "\033[K" : "\n");

@@ -154,11 +154,13 @@ at::Tensor TextDecoder::run_layers(const at::Tensor& x_in, const at::Tensor& pos
 at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& positions,
                                       const std::vector<at::Tensor>& logit_bias,
                                       const EntryScorer* scorer,
-                                      std::vector<at::Tensor>* log_beta_out) const {
+                                      std::vector<at::Tensor>* log_beta_out,
+                                      const QkObserver& on_qk) const {
   TRIMKV_ASSERT(logit_bias.empty() || static_cast<int64_t>(logit_bias.size()) == m_cfg.n_layer);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
   return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
                                          const at::Tensor& k, const at::Tensor& v) {
+    if (on_qk) on_qk(il, q, k);
     at::Tensor bias = logit_bias.empty() ? at::Tensor() : logit_bias[il];
     if (scorer) {
       at::Tensor lb = scorer->log_beta(il, h);  // [n, n_kv]

@@ -2,7 +2,9 @@
 // their images as the processor makes them, and the per-token targets of the vision stage.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "demo/demo_internal.h"
 #include "trimkv/core/conversation_types.h"
@@ -15,6 +17,8 @@ DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefic
   m_side = size.image_size / size.patch_size / size.scale_factor;
   m_seq = m_side * m_side;
   m_image_id = tok.token_to_id(kImagePlaceholder);
+  m_image_edge_id = tok.token_to_id(kIdefics3FakeImageToken);
+  m_global_id = tok.token_to_id("<global-img>");
   TRIMKV_CHECK(m_image_id >= 0, Config, "the demo tokenizer lacks '", kImagePlaceholder, "'");
   m_close = tok.encode(idefics3_answer_text("").substr(1), false);
 }
@@ -26,17 +30,21 @@ at::Tensor DemoData::scene_pixels(const world::Scene& scene) const {
   return idefics3_preprocess(img, m_proc).pixels;  // [1, 3, S, S]
 }
 
+int64_t DemoData::object_cell(const world::Scene& scene, const world::Object& o) const {
+  const double cell = static_cast<double>(scene.image_size) / static_cast<double>(m_side);
+  const int64_t col = std::clamp<int64_t>(static_cast<int64_t>(std::floor((o.cx + 0.5) / cell)), 0, m_side - 1);
+  const int64_t row = std::clamp<int64_t>(static_cast<int64_t>(std::floor((o.cy + 0.5) / cell)), 0, m_side - 1);
+  return row * m_side + col;
+}
+
 at::Tensor DemoData::scene_targets(const world::Scene& scene) const {
   at::Tensor t = at::zeros({m_seq, 3}, at::kLong);
   auto acc = t.accessor<int64_t, 2>();
   // The model sees the scene resized to image_size: a token's cell is image_size / side pixels
   // of it, i.e. scene.image_size / side of the scene. Pixel centres are integers, the image
   // spans [-0.5, S - 0.5].
-  const double cell = static_cast<double>(scene.image_size) / static_cast<double>(m_side);
   for (const world::Object& o : scene.objects) {
-    const int64_t col = std::clamp<int64_t>(static_cast<int64_t>(std::floor((o.cx + 0.5) / cell)), 0, m_side - 1);
-    const int64_t row = std::clamp<int64_t>(static_cast<int64_t>(std::floor((o.cy + 0.5) / cell)), 0, m_side - 1);
-    const int64_t k = row * m_side + col;
+    const int64_t k = object_cell(scene, o);
     if (acc[k][0] != 0) continue;  // two centres in one cell (rare): the first object keeps it
     acc[k][0] = 1 + static_cast<int64_t>(o.color);
     acc[k][1] = 1 + static_cast<int64_t>(o.shape);
@@ -94,6 +102,102 @@ void DemoData::finish(Images& images, DemoBatch& batch) {
   batch.patch_targets = at::cat(images.patch_targets, 0);
 }
 
+void DemoData::add_attention_targets(const world::Conversation& conv, const world::Turn& turn, int64_t turn_start,
+                                     DemoSequence& seq) const {
+  const int64_t end = static_cast<int64_t>(seq.ids.size());
+  auto id_at = [&](int64_t p) { return seq.ids[static_cast<size_t>(p)]; };
+  auto image_tokens = [&](int img) {
+    const auto first = seq.image_pos.begin() + static_cast<std::ptrdiff_t>(img) * m_seq;
+    return std::vector<int64_t>(first, first + m_seq);
+  };
+  // Hop 0: the visual tokens of this turn's images look at their label (the text before the
+  // image's markers, back to the previous image or the turn's start).
+  for (int img : turn.new_images) {
+    int64_t stop = seq.image_pos[static_cast<size_t>(img) * static_cast<size_t>(m_seq)];
+    while (stop > turn_start && (id_at(stop - 1) == m_image_edge_id || id_at(stop - 1) == m_global_id)) --stop;
+    int64_t start = stop;
+    while (start > turn_start && id_at(start - 1) != m_image_edge_id) --start;
+    if (start == stop) continue;
+    std::vector<int64_t> label(static_cast<size_t>(stop - start));
+    std::iota(label.begin(), label.end(), start);
+    for (int64_t p : image_tokens(img)) {
+      seq.hops[0].rows.push_back(p);
+      seq.hops[0].head0.push_back(label);
+      seq.hops[0].head1.push_back(label);
+    }
+  }
+  if (turn.subjects.empty()) return;
+  // The question: the turn's tokens after its last image.
+  int64_t from = turn_start;
+  for (int64_t p = end - 1; p >= turn_start; --p)
+    if (id_at(p) == m_image_edge_id) {
+      from = p + 1;
+      break;
+    }
+  std::vector<int64_t> question(static_cast<size_t>(end - from));
+  std::iota(question.begin(), question.end(), from);
+  const bool counting = turn.type.find("count") != std::string::npos || turn.type == "total_shape" ||
+                        turn.type == "more_shape";
+  std::vector<int64_t> anchors;
+  for (size_t si = 0; si < turn.subjects.size() && si < 2; ++si) {
+    const world::Subject& subject = turn.subjects[si];
+    // The word: the shape (singular or plural) if named, else the colour; the first subject's
+    // first occurrence, the second's last.
+    std::vector<int32_t> words;
+    if (subject.shape >= 0) {
+      for (const char* w : {world::shape_name(static_cast<world::Shape>(subject.shape)),
+                            world::shape_plural(static_cast<world::Shape>(subject.shape))}) {
+        const std::vector<int32_t> t = m_tok.encode(std::string(" ") + w, false);
+        if (t.size() == 1) words.push_back(t[0]);
+      }
+    } else if (subject.color >= 0) {
+      const std::vector<int32_t> t = m_tok.encode(std::string(" ") + world::color_name(static_cast<world::Color>(subject.color)), false);
+      if (t.size() == 1) words.push_back(t[0]);
+    }
+    int64_t anchor = -1;
+    for (int64_t p = from; p < end; ++p)
+      if (std::find(words.begin(), words.end(), id_at(p)) != words.end()) {
+        anchor = p;
+        if (si == 0) break;
+      }
+    if (anchor < 0) return;
+    std::vector<int64_t> cells;
+    if (!counting)
+      for (int img : turn.about)
+        for (const world::Object& o : conv.scenes[static_cast<size_t>(img)].objects)
+          if (subject.matches(o))
+            cells.push_back(seq.image_pos[static_cast<size_t>(img) * static_cast<size_t>(m_seq) +
+                                          static_cast<size_t>(object_cell(conv.scenes[static_cast<size_t>(img)], o))]);
+    if (cells.empty())
+      for (int img : turn.about) {
+        const std::vector<int64_t> t = image_tokens(img);
+        cells.insert(cells.end(), t.begin(), t.end());
+      }
+    // Hop 1: head 0 looks at the subject's colour word when it names one besides the shape (so
+    // that the word knows both), head 1 at the whole question (e.g. "In image k").
+    std::vector<int64_t> color_word = question;
+    if (subject.shape >= 0 && subject.color >= 0) {
+      const std::vector<int32_t> t =
+          m_tok.encode(std::string(" ") + world::color_name(static_cast<world::Color>(subject.color)), false);
+      for (int64_t p = anchor - 1; t.size() == 1 && p >= from; --p)
+        if (id_at(p) == t[0]) {
+          color_word = {p};
+          break;
+        }
+    }
+    seq.hops[1].rows.push_back(anchor);
+    seq.hops[1].head0.push_back(color_word);
+    seq.hops[1].head1.push_back(question);
+    seq.hops[2].rows.push_back(anchor);
+    seq.hops[2].head0.push_back(cells);
+    seq.hops[2].head1.push_back(cells);
+    anchors.push_back(anchor);
+  }
+  seq.hops[3].rows.push_back(end - 1);
+  seq.hops[3].head0.push_back({anchors.front()});
+  seq.hops[3].head1.push_back({anchors.back()});
+}
+
 DemoSequence DemoData::layout(const world::Conversation& conv, Images& images) const {
   DemoSequence seq;
   seq.first_image = static_cast<int64_t>(images.pixels.size());
@@ -113,10 +217,12 @@ DemoSequence DemoData::layout(const world::Conversation& conv, Images& images) c
       at = next + placeholder.size();
     }
     text += idefics3_user_turn_close();
+    const int64_t turn_start = static_cast<int64_t>(seq.ids.size());
     for (int32_t id : m_tok.encode(text, false)) {
       if (id == m_image_id) seq.image_pos.push_back(static_cast<int64_t>(seq.ids.size()));
       seq.ids.push_back(id);
     }
+    add_attention_targets(conv, turn, turn_start, seq);
     const std::vector<int32_t> answer = m_tok.encode(idefics3_answer_text(turn.answer), false);
     TRIMKV_ASSERT(answer.size() > m_close.size(), "demo data: the answer '", turn.answer, "' has no token");
     const size_t n_label = answer.size() - m_close.size() + 1;  // the answer and its end of utterance

@@ -2,6 +2,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -51,6 +52,9 @@ struct DemoModel {
   std::shared_ptr<TextDecoder> decoder;
   at::Tensor aux_w, aux_b;  // [kAuxOutputs, text_hidden], [kAuxOutputs]: the training probe
   at::Tensor patch_w, patch_b;  // [kPatchOutputs, vision_hidden], [kPatchOutputs]: patch probe
+  // [2 side, text_hidden], [2 side]: each visual token's own row and column in its image's
+  // side x side grid (so that what the decoder reads from a token says where it is).
+  at::Tensor pos_w, pos_b;
   std::vector<NamedParameter> vision_params;  // tower + connector + probe
   std::vector<NamedParameter> text_params;    // decoder
 };
@@ -68,6 +72,18 @@ void load_demo_weights(DemoModel& model, const std::string& path);
 
 // --- data (demo_data.cpp) ---------------------------------------------------------------------
 
+// The supervised hops of the answer's lookup, each at decoder layer min(kind, layers - 1):
+// 0 each visual token looks at its image's label ("Image k:"), 1 each word the question names an
+// object with (its shape, else its colour) looks at the question, 2 that word looks at the
+// cells holding the named objects' centres (at all the image's tokens for counts and absent
+// objects), 3 the position that predicts the answer looks at that word (head 0 at the first
+// subject's, head 1 at the second's).
+inline constexpr int kAttnHops = 4;
+struct AttnHop {
+  std::vector<int64_t> rows;
+  std::vector<std::vector<int64_t>> head0, head1;
+};
+
 struct DemoSequence {
   std::vector<int64_t> ids;
   std::vector<int64_t> image_pos;   // positions of the <image> tokens, in order
@@ -78,6 +94,9 @@ struct DemoSequence {
   std::vector<int32_t> label_turn;  // the turn each label belongs to
   std::vector<std::string> turn_type;  // per turn
   int n_scene_images = 0;           // images in the conversation
+  // Attention targets (a training aid; see DemoTrainOptions::attn_weight): per hop kind, the
+  // query rows and, per row, the positions query heads 0 and 1 are taught to look at.
+  std::array<AttnHop, kAttnHops> hops;
 };
 
 struct DemoBatch {
@@ -102,6 +121,11 @@ class DemoData {
   at::Tensor scene_pixels(const world::Scene& scene) const;
   at::Tensor scene_targets(const world::Scene& scene) const;  // [seq, 3]
   at::Tensor scene_patch_targets(const world::Scene& scene) const;  // [patches, 2]
+  // The visual token (0..image_seq_len-1) whose cell holds the object's centre.
+  int64_t object_cell(const world::Scene& scene, const world::Object& object) const;
+  // The attention targets of `turn` (its tokens from turn_start are in seq.ids) into seq.hops.
+  void add_attention_targets(const world::Conversation& conv, const world::Turn& turn, int64_t turn_start,
+                             DemoSequence& seq) const;
   // The batch tensors of `images` (pixels, targets, patch targets) into `batch`.
   static void finish(Images& images, DemoBatch& batch);
   int64_t image_seq_len() const { return m_seq; }
@@ -111,7 +135,7 @@ class DemoData {
   DemoModelSize m_size;
   Idefics3ProcessorConfig m_proc;
   int64_t m_seq = 0, m_side = 0;
-  int32_t m_image_id = -1;
+  int32_t m_image_id = -1, m_image_edge_id = -1, m_global_id = -1;
   std::vector<int32_t> m_close;
 };
 
@@ -120,13 +144,22 @@ class DemoData {
 struct BatchLoss {
   at::Tensor answer;   // CE of the answers: per turn the mean over its tokens, then the mean over turns
   at::Tensor aux;      // mean CE of the per-token targets (sum of the three heads) + patch targets
+  at::Tensor attn;     // attention targets: mean over turns and supervised heads of -log(mass on the targets)
+  std::array<double, kAttnHops> attn_hops{};  // per hop kind, the mean -log mass (diagnostics; -1: none)
   int64_t n_turns = 0, n_correct = 0;                 // teacher-forced exact match per turn
   int64_t n_single = 0, c_single = 0, n_multi = 0, c_multi = 0;
   int64_t n_object_cells = 0, c_object_cells = 0, n_empty_cells = 0, c_empty_cells = 0;  // the probe
 };
 // Logits [n_label, vocab] at a sequence's label positions, from the batch's visual tokens
 // feats [N, seq, hidden] (connector output) and its token ids, through the dense decoder.
-at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats, const DemoSequence& seq);
+// `on_qk` sees each decoder layer's queries and keys (TextDecoder::forward_dense).
+at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats, const DemoSequence& seq,
+                                 const TextDecoder::QkObserver& on_qk = {});
+// -log of the softmax mass that query head `head` (q [n, n_head, hd], k [n, n_kv, hd], causal)
+// puts on targets[t] at position rows[t], summed over t.
+at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
+                               const std::vector<int64_t>& rows,
+                               const std::vector<std::vector<int64_t>>& targets);
 // Forward over a batch (tower once for all images, then each sequence through the decoder).
 BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers);
 

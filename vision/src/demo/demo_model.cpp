@@ -71,7 +71,7 @@ json demo_config_json(const DemoModelSize& z, int64_t vocab_size, const SpecialI
                {"hidden_act", "silu"},
                {"max_position_embeddings", 16384},
                {"rms_norm_eps", 1e-5},
-               {"rope_parameters", {{"rope_theta", 10000.0}, {"rope_type", "default"}}},
+               {"rope_parameters", {{"rope_theta", z.rope_theta}, {"rope_type", "default"}}},
                {"attention_bias", false},
                {"attention_dropout", 0.0},
                {"mlp_bias", false},
@@ -194,6 +194,11 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed) {
   m.patch_b = zeros(kPatchOutputs);
   vp.push_back({"patch_probe.w", m.patch_w, true});
   vp.push_back({"patch_probe.b", m.patch_b, false});
+  const int64_t side = g / m.vcfg.scale_factor;
+  m.pos_w = normal({2 * side, h});
+  m.pos_b = zeros(2 * side);
+  vp.push_back({"position_probe.w", m.pos_w, true});
+  vp.push_back({"position_probe.b", m.pos_b, false});
   m.vision = std::make_shared<Idefics3Vision>(m.vcfg, vw);
 
   // Text decoder (Llama).

@@ -5,6 +5,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include <chrono>
+#include <cmath>
 #include <thread>
 #include <filesystem>
 #include <fstream>
@@ -32,14 +33,32 @@ at::Tensor class_loss(const at::Tensor& logits, const at::Tensor& targets) {
 
 }  // namespace
 
-at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats, const DemoSequence& s) {
+at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats, const DemoSequence& s,
+                                 const TextDecoder::QkObserver& on_qk) {
   const int64_t n = static_cast<int64_t>(s.ids.size());
   at::Tensor x = model.decoder->embed(at::tensor(s.ids, at::kLong));
   if (s.n_images > 0)
     x = x.index_copy(0, at::tensor(s.image_pos, at::kLong),
                      feats.narrow(0, s.first_image, s.n_images).reshape({-1, model.tcfg.hidden_size}));
-  const at::Tensor hidden = model.decoder->forward_dense(x, at::arange(n, at::kLong));
+  const at::Tensor hidden = model.decoder->forward_dense(x, at::arange(n, at::kLong), {}, nullptr, nullptr, on_qk);
   return model.decoder->logits(hidden.index_select(0, at::tensor(s.label_pos, at::kLong)));
+}
+
+at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
+                               const std::vector<int64_t>& rows,
+                               const std::vector<std::vector<int64_t>>& targets) {
+  const int64_t n_rows = static_cast<int64_t>(rows.size()), n = k.size(0);
+  const int64_t group = q.size(1) / k.size(1);  // query heads per KV head
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  const at::Tensor r = at::tensor(rows, at::kLong);
+  const at::Tensor visible = at::arange(n, at::kLong).unsqueeze(0) <= r.unsqueeze(1);  // causal, [R, n]
+  std::vector<uint8_t> mask(static_cast<size_t>(n_rows * n), 0);
+  for (int64_t t = 0; t < n_rows; ++t)
+    for (int64_t p : targets[static_cast<size_t>(t)]) mask[static_cast<size_t>(t * n + p)] = 1;
+  const at::Tensor target = at::from_blob(mask.data(), {n_rows, n}, at::kByte).to(at::kBool);
+  const at::Tensor logits = at::matmul(q.select(1, head).index_select(0, r), k.select(1, head / group).t()) * scale;
+  const at::Tensor logp = at::log_softmax(logits.masked_fill(~visible, -INFINITY), -1);
+  return -at::logsumexp(logp.masked_fill(~target, -INFINITY), -1).sum();
 }
 
 BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers) {
@@ -53,6 +72,13 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
             class_loss(probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes), batch.aux_targets.select(-1, 2)) +
             class_loss(patch.narrow(-1, 0, kAuxColors), batch.patch_targets.select(-1, 0)) +
             class_loss(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1));
+  {
+    const int64_t n = feats.size(0), seq = feats.size(1), side = model.pos_w.size(0) / 2;
+    const at::Tensor cell = at::arange(seq, at::kLong).unsqueeze(0).expand({n, seq});
+    const at::Tensor where = at::linear(feats, model.pos_w, model.pos_b);  // [N, seq, 2 side]
+    out.aux = out.aux + class_loss(where.narrow(-1, 0, side), at::floor_divide(cell, side)) +
+              class_loss(where.narrow(-1, side, side), at::remainder(cell, side));
+  }
   {
     // Probe accuracy: cells holding an object centre with colour, shape and size all right;
     // empty cells predicted empty.
@@ -70,8 +96,22 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   if (!want_answers || batch.seqs.empty()) return out;
   std::vector<at::Tensor> sums;
   int64_t n_turns = 0;
+  // Attention targets: per hop kind, the summed -log mass and the number of (row, head) terms.
+  std::array<at::Tensor, kAttnHops> hop_sum;
+  std::array<int64_t, kAttnHops> hop_n{};
+  const int64_t n_layer = model.tcfg.n_layer;
   for (const DemoSequence& s : batch.seqs) {
-    const at::Tensor logits = sequence_label_logits(model, feats, s);
+    const at::Tensor logits = sequence_label_logits(
+        model, feats, s, [&](int64_t layer, const at::Tensor& q, const at::Tensor& k) {
+          for (int kind = 0; kind < kAttnHops; ++kind) {
+            const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
+            if (hop.rows.empty() || std::min<int64_t>(kind, n_layer - 1) != layer) continue;
+            const at::Tensor l = attention_mass_loss(q, k, 0, hop.rows, hop.head0) +
+                                 attention_mass_loss(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1);
+            hop_sum[kind] = hop_sum[kind].defined() ? hop_sum[kind] + l : l;
+            hop_n[kind] += 2 * static_cast<int64_t>(hop.rows.size());
+          }
+        });
     const at::Tensor tgt = at::tensor(s.label_tgt, at::kLong);
     // Every turn weighs the same, however many tokens its answer has (a caption has ~20, most
     // answers 2): each token's loss is divided by its turn's token count.
@@ -96,6 +136,14 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     }
   }
   out.answer = at::stack(sums).sum() / static_cast<double>(std::max<int64_t>(1, n_turns));
+  out.attn = at::zeros({});
+  for (int kind = 0; kind < kAttnHops; ++kind) {
+    out.attn_hops[kind] = -1;
+    if (hop_n[kind] == 0) continue;
+    const at::Tensor mean = hop_sum[kind] / static_cast<double>(hop_n[kind]);
+    out.attn = out.attn + mean;
+    out.attn_hops[kind] = mean.item<double>();
+  }
   return out;
 }
 
@@ -124,7 +172,7 @@ json options_json(const DemoTrainOptions& o) {
   json j = {{"seed", o.seed},
           {"size",
            {z.image_size, z.patch_size, z.scale_factor, z.vision_hidden, z.vision_layers, z.vision_heads,
-            z.vision_ffn, z.text_hidden, z.text_layers, z.text_heads, z.text_kv_heads, z.text_ffn}},
+            z.vision_ffn, z.text_hidden, z.text_layers, z.text_heads, z.text_kv_heads, z.text_ffn, z.rope_theta}},
           {"vision", stage(o.vision)},
           {"chat_short", stage(o.chat_short)},
           {"chat", stage(o.chat)},
@@ -133,6 +181,7 @@ json options_json(const DemoTrainOptions& o) {
           {"weight_decay", o.weight_decay},
           {"clip", o.clip},
           {"aux_weight", o.aux_weight},
+          {"attn_weight", o.attn_weight},
           {"max_extra_turns", o.max_extra_turns},
           {"describe_probability", o.describe_probability},
           {"tokenizer_conversations", o.tokenizer_conversations}};
@@ -302,7 +351,12 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     at::NoGradGuard no_grad;
     for (auto& p : all_params(model)) {
       auto it = init.tensors().find("param." + p.name);
-      TRIMKV_CHECK(it != init.tensors().end(), Format, "--init-from '", o.init_from, "' lacks '", p.name, "'");
+      if (it == init.tensors().end()) {  // e.g. a probe added since: it keeps its fresh weights
+        say("--init-from: '" + o.init_from + "' lacks '" + p.name + "'; it starts from its initial weights");
+        continue;
+      }
+      TRIMKV_CHECK(tensor_to_float(it->second).sizes() == p.tensor.sizes(), Format, "--init-from '", o.init_from,
+                   "': '", p.name, "' has another shape");
       p.tensor.copy_(tensor_to_float(it->second));
     }
     say("initial weights from '" + o.init_from + "'");
@@ -371,7 +425,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                                          st.cfg.lr * o.min_lr_fraction);
       adam.zero_grad();
       const BatchLoss l = batch_loss(model, batch, !st.vision_only);
-      at::Tensor loss = st.vision_only ? l.aux : l.answer + o.aux_weight * l.aux;
+      at::Tensor loss = st.vision_only ? l.aux : l.answer + o.aux_weight * l.aux + o.attn_weight * l.attn;
       loss.backward();
       adam.step(lr);
 
@@ -382,6 +436,8 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       pr.loss = loss.item<double>();
       pr.aux_loss = l.aux.item<double>();
       pr.answer_loss = l.answer.defined() ? l.answer.item<double>() : 0.0;
+      pr.attn_loss = l.attn.defined() ? l.attn.item<double>() : 0.0;
+      pr.attn_hops = l.attn_hops;
       pr.lr = lr;
       pr.elapsed_s = seconds_since(t0);
       pr.eta_s = seconds_since(stage_t0) / static_cast<double>(step + 1 - first_step) *

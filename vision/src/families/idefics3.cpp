@@ -271,7 +271,7 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir) {
   const Tokenizer& tok = *m->text.tokenizer;
   Idefics3TokenIds ids;
   ids.image = tok.token_to_id("<image>");
-  ids.fake = tok.token_to_id("<fake_token_around_image>");
+  ids.fake = tok.token_to_id(kIdefics3FakeImageToken);
   ids.global = tok.token_to_id("<global-img>");
   TRIMKV_CHECK(ids.image == cfg.image_token_id, Config, "tokenizer '", tok.path(), "': '<image>' is id ",
                ids.image, " but config.json says image_token_id = ", cfg.image_token_id);

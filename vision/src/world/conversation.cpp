@@ -86,6 +86,7 @@ Conversation make_conversation(uint64_t seed, Split split, int64_t index, const 
     turn.answer = qa.answer;
     turn.type = qa.type;
     turn.about = qa.about;
+    turn.subjects = qa.subjects;
     conv.turns.push_back(std::move(turn));
   }
   return conv;
@@ -133,6 +134,7 @@ Conversation make_training_conversation(uint64_t seed, int64_t index, const Worl
       turn.answer = qa.answer;
       turn.type = qa.type;
       turn.about = qa.about;
+      turn.subjects = qa.subjects;
     }
     conv.turns.push_back(std::move(turn));
   }

@@ -30,6 +30,7 @@ struct Counts {
 };
 
 std::string the(const Object& o) { return std::string(color_name(o.color)) + " " + shape_name(o.shape); }
+Subject subject(const Object& o) { return {static_cast<int>(o.color), static_cast<int>(o.shape)}; }
 
 // A shape (or colour) index: with probability 3/4 one present in the scene, else any.
 template <size_t N>
@@ -57,6 +58,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
     if (unique.empty()) return false;
     const Object& o = *rng.pick(unique);
     qa.text = std::string("What color is the ") + shape_name(o.shape) + "?";
+    qa.subjects = {{-1, static_cast<int>(o.shape)}};
     qa.answer = color_name(o.color);
     return true;
   }
@@ -67,18 +69,21 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
     if (unique.empty()) return false;
     const Object& o = *rng.pick(unique);
     qa.text = std::string("What shape is the ") + color_name(o.color) + " object?";
+    qa.subjects = {{static_cast<int>(o.color), -1}};
     qa.answer = shape_name(o.shape);
     return true;
   }
   if (type == "count_shape") {
     const int s = count_subject(rng, counts.shape);
     qa.text = std::string("How many ") + shape_plural(static_cast<Shape>(s)) + " are there?";
+    qa.subjects = {{-1, s}};
     qa.answer = std::to_string(counts.shape[s]);
     return true;
   }
   if (type == "count_color") {
     const int c = count_subject(rng, counts.color);
     qa.text = std::string("How many ") + color_name(static_cast<Color>(c)) + " objects are there?";
+    qa.subjects = {{c, -1}};
     qa.answer = std::to_string(counts.color[c]);
     return true;
   }
@@ -99,6 +104,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
       shape = static_cast<Shape>(s);
     }
     qa.text = std::string("Is there a ") + color_name(color) + " " + shape_name(shape) + "?";
+    qa.subjects = {{static_cast<int>(color), static_cast<int>(shape)}};
     qa.answer = counts.combo[static_cast<int>(color)][static_cast<int>(shape)] > 0 ? "yes" : "no";
     return true;
   }
@@ -112,6 +118,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
     if (clear.empty()) return false;
     const Object& o = *rng.pick(clear);
     qa.text = "Where is the " + the(o) + "?";
+    qa.subjects = {subject(o)};
     qa.answer = std::string(o.cy < mid ? "top" : "bottom") + (o.cx < mid ? " left" : " right");
     return true;
   }
@@ -124,6 +131,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
     if (pairs.empty()) return false;
     const auto [a, b] = rng.pick(pairs);
     qa.text = "Is the " + the(*a) + " left of the " + the(*b) + "?";
+    qa.subjects = {subject(*a), subject(*b)};
     qa.answer = a->cx < b->cx ? "yes" : "no";
     return true;
   }
@@ -193,6 +201,7 @@ bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_show
   if (qa.type == "more_shape") {
     const size_t i = rng.index(more.size());
     qa.text = std::string("Which image has more ") + shape_plural(static_cast<Shape>(more[i])) + "?";
+    qa.subjects = {{-1, more[i]}};
     qa.answer = "image " + std::to_string(more_image[i] + 1);
   } else {
     std::vector<int> present;
@@ -200,6 +209,7 @@ bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_show
       if (total[s] > 0) present.push_back(s);
     const int s = !present.empty() && rng.bernoulli(0.75) ? rng.pick(present) : rng.pick(totals);
     qa.text = std::string("How many ") + shape_plural(static_cast<Shape>(s)) + " are there in all images?";
+    qa.subjects = {{-1, s}};
     qa.answer = std::to_string(total[s]);
   }
   return true;

@@ -15,6 +15,7 @@ Scene sample_scene(Rng& rng, const WorldOptions& options);
 struct QuestionAnswer {
   std::string text, answer, type;
   std::vector<int> about;
+  std::vector<Subject> subjects;
 };
 
 // A question about one scene, of a random single-image type that is well defined for it.

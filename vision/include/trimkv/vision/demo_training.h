@@ -22,6 +22,7 @@
 // and a resumed run continues with the same data. Checkpoints (weights, AdamW moments, stage and
 // step) are written every checkpoint_every steps and on cancel.
 #pragma once
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -37,6 +38,9 @@ struct DemoModelSize {
   int scale_factor = 2; // 36 visual tokens per image
   int vision_hidden = 128, vision_layers = 3, vision_heads = 4, vision_ffn = 384;
   int text_hidden = 192, text_layers = 4, text_heads = 4, text_kv_heads = 2, text_ffn = 512;
+  // Long-wavelength rotary embedding: the decoder finds an object by content hundreds of tokens
+  // back (up to 8 images x 36 tokens), which needs dimensions that rotate little over that span.
+  double rope_theta = 1e6;
 };
 
 struct DemoStage {
@@ -59,6 +63,13 @@ struct DemoTrainOptions {
   double weight_decay = 0.01;
   double clip = 1.0;
   double aux_weight = 0.5;        // weight of the per-token targets in the chat stages
+  // Weight of the attention targets in the chat stages: the last decoder layer's query heads 0
+  // and 1, at the position that predicts an answer, are taught to look at the cells of the
+  // objects the question names (the answer's evidence). Without it the decoder sits for
+  // thousands of steps at each question type's most common answer: finding the object needs a
+  // query built from the question and keys built from the image at once, and neither gets a
+  // gradient before the other exists.
+  double attn_weight = 1.0;
   int max_extra_turns = 6;        // question turns added to each training conversation
   double describe_probability = 0.25;
   int64_t tokenizer_conversations = 3000;
@@ -84,6 +95,8 @@ struct DemoProgress {
   double loss = 0;          // total loss of the step
   double answer_loss = 0;   // cross-entropy of the answer tokens (chat stages)
   double aux_loss = 0;      // per-token targets
+  double attn_loss = 0;     // attention targets: -log of the mass the supervised heads put on them
+  std::array<double, 4> attn_hops{};  // per hop (label, question, objects, answer), -1 when none
   double lr = 0;
   double elapsed_s = 0;     // since this run started
   double eta_s = 0;         // for the remaining stages of this run (estimate)

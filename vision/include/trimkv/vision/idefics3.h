@@ -63,6 +63,9 @@ std::string idefics3_user_turn_open(bool first, bool image_first);
 std::string idefics3_user_turn_close();
 std::string idefics3_answer_text(const std::string& answer);
 
+// The marker around each image's tokens.
+inline constexpr const char* kIdefics3FakeImageToken = "<fake_token_around_image>";
+
 // Ids of the structural tokens, looked up in the tokenizer.
 struct Idefics3TokenIds {
   int32_t image = -1, fake = -1, global = -1;

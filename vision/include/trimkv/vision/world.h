@@ -98,12 +98,24 @@ std::vector<uint8_t> render_scene(const Scene& scene);
 // order; empty for a circle.
 std::vector<std::array<double, 2>> object_polygon(const Object& object);
 
+// An attribute filter a question names ("the red square": colour and shape; "the squares": shape
+// only); -1 = any. The objects of a turn's `about` images that pass it are what the answer is
+// read from (a training aid: it is not written to the JSONL files).
+struct Subject {
+  int color = -1;
+  int shape = -1;
+  bool matches(const Object& o) const {
+    return (color < 0 || color == static_cast<int>(o.color)) && (shape < 0 || shape == static_cast<int>(o.shape));
+  }
+};
+
 struct Turn {
   std::string text;    // the user's text: "Image k:<image>" per image it shows, then the question
   std::string answer;  // one lowercase word, a digit, "top left"-style, or "image {k}"
   std::string type;    // question type, e.g. "color_of_shape", "in_image_count_shape", "more_shape"
   std::vector<int> new_images;  // 0-based indices (into Conversation::scenes) shown in this turn
   std::vector<int> about;       // 0-based images the answer depends on
+  std::vector<Subject> subjects;  // what the question names, in order (empty for "describe")
 };
 
 struct Conversation {
