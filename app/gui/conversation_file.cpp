@@ -64,8 +64,9 @@ std::vector<trimkv::Message> loadConversationFile(const QString& path) {
   for (qsizetype i = 0; i < array.size(); ++i) {
     const QJsonObject m = array[i].toObject();
     const QString role = m.value("role").toString();
-    TRIMKV_CHECK(role == "user" || role == "assistant", Format, name, ": messages[", i,
-                 "].role must be \"user\" or \"assistant\", not \"", role.toStdString(), "\"");
+    TRIMKV_CHECK(role == "user" || role == "assistant" || (role == "system" && i == 0), Format, name,
+                 ": messages[", i, "].role must be \"user\" or \"assistant\" (or \"system\" for the first), not \"",
+                 role.toStdString(), "\"");
     TRIMKV_CHECK(m.value("content").isArray(), Format, name, ": messages[", i, "].content must be an array");
     trimkv::Message msg;
     msg.role = role.toStdString();

@@ -2,7 +2,8 @@
 // moved or shared as one folder. The shape is ChatEngine::transcript_json's (Hugging Face
 // messages) plus a format tag:
 //   {"format": "trimkv-conversation", "version": 1, "model": "<model folder>",
-//    "messages": [{"role": "user", "content": [{"type": "image", "path": "chat-images/1-a.png"},
+//    "messages": [{"role": "system", "content": [{"type": "text", "text": "Answer briefly."}]},
+//                 {"role": "user", "content": [{"type": "image", "path": "chat-images/1-a.png"},
 //                                               {"type": "text", "text": "What is this?"}]},
 //                 {"role": "assistant", "content": [{"type": "text", "text": "A star."}]}]}
 // Image paths are relative to the JSON file's folder (absolute ones are accepted when reading,

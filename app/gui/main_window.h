@@ -7,10 +7,16 @@
 #include <QStringList>
 #include <QThread>
 
+#include <optional>
+
+#include "budget_units.h"
+#include "conversation_view.h"
 #include "session_types.h"
 
+class BudgetControl;
 class ChatInput;
-class ConversationView;
+class PolicyOptionsForm;
+class QToolButton;
 class GenerationSettings;
 class HeadGrid;
 class HeadStrip;
@@ -25,6 +31,7 @@ class QPushButton;
 class QSpinBox;
 class QTimer;
 class SessionWorker;
+class SystemPromptPanel;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -41,6 +48,17 @@ class MainWindow : public QMainWindow {
   void sendTurn(const QString& text, const QStringList& images);  // as if typed and sent
   void stopGeneration();
   void regenerate();  // the last answer again, under the current settings
+  // Edit-and-resend: editUserTurn puts user message `userTurn` (0-based among user messages)
+  // into the input (text and images); the next send replaces it and everything after it
+  // (resendUserTurn). cancelEdit leaves the conversation as it is.
+  void editUserTurn(int userTurn);
+  void cancelEdit();
+  int editingTurn() const { return m_editTurn; }
+  void resendUserTurn(int userTurn, const QString& text, const QStringList& images);
+  // Re-runs the whole conversation under the current policy, budget and sampling settings.
+  void replayConversation();
+  // The system prompt of the next fresh conversation (as if typed into its panel).
+  void setSystemPrompt(const QString& text);
   void newConversation();
   void saveConversation(const QString& path);
   void loadConversation(const QString& path);
@@ -69,7 +87,10 @@ class MainWindow : public QMainWindow {
   ChatInput* input() const { return m_input; }
   QComboBox* policyCombo() const { return m_policy; }
   GenerationSettings* generationSettings() const { return m_generation; }
-  QSpinBox* budgetSpin() const { return m_budget; }
+  SystemPromptPanel* systemPromptPanel() const { return m_systemPanel; }
+  QAction* replayAction() const { return m_replayAction; }
+  BudgetControl* budgetControl() const { return m_budget; }
+  PolicyOptionsForm* policyOptions() const { return m_policyOptions; }
   QPushButton* sendButton() const { return m_send; }
   const QStringList& attachments() const { return m_attachments; }
   QPushButton* stopButton() const { return m_stop; }
@@ -92,6 +113,9 @@ class MainWindow : public QMainWindow {
   void requestSave(const QString& path);
   void requestOpen(const QString& path);
   void requestRegenerate();
+  void requestResend(int userTurn, const QString& text, const QStringList& images);
+  void requestReplay();
+  void requestSystemPrompt(const QString& text);
   void requestEviction(const trimkv::EvictionSettings& settings);
   void requestGenerationParams(const trimkv::GenerationParams& params);
 
@@ -100,6 +124,7 @@ class MainWindow : public QMainWindow {
 
  private:
   void saveSettings() const;
+  void buildMenus();
   void buildToolbar();
   void buildCentral();
   void buildStatusBar();
@@ -112,6 +137,8 @@ class MainWindow : public QMainWindow {
   void updateButtons();
   bool policyUsesBudget(const std::string& policy) const;
   void updateBudgetHint();
+  // The options form for `policy` with `options` shown.
+  void showPolicyOptions(const std::string& policy, const std::vector<std::string>& options);
 
   void onModelLoaded(const ModelSummary& model);
   void onFrame(const InspectorFrame& frame);
@@ -120,6 +147,14 @@ class MainWindow : public QMainWindow {
   void onEvictionApplied(const trimkv::EvictionSettings& settings);
   void onHeadSelected(int layer, int head);
   void onConversationLoaded(const std::vector<trimkv::Message>& messages);
+  void onReplayStarted(const QString& systemText);
+  void onUserTurnStarted(const QString& text, const QStringList& images);
+  void onAnswerReplayed(const TurnStats& stats);
+  // Sends the panel's system prompt to the worker when it differs from what was sent last.
+  void syncSystemPrompt();
+  // Shows the turn's figures in the status bar; the note for the answer ("stopped"...).
+  QString showTurnStats(const TurnStats& stats);
+  void updateEditBanner();
   void chooseConversationToSave();
   void chooseConversationToOpen();
 
@@ -128,10 +163,18 @@ class MainWindow : public QMainWindow {
 
   QLabel* m_modelLabel = nullptr;
   QComboBox* m_policy = nullptr;
-  QSpinBox* m_budget = nullptr;
-  QLabel* m_budgetHint = nullptr;
+  BudgetControl* m_budget = nullptr;
+  std::optional<BudgetUnit> m_budgetUnit;  // restored from the settings, not yet shown
+  PolicyOptionsForm* m_policyOptions = nullptr;
+  QToolButton* m_optionsButton = nullptr;
   QTimer* m_evictionDebounce = nullptr;  // coalesces budget edits into one request
   GenerationSettings* m_generation = nullptr;
+  SystemPromptPanel* m_systemPanel = nullptr;
+  QString m_systemSent;  // the system prompt the worker has
+  QLabel* m_editBanner = nullptr;
+  QPushButton* m_cancelEdit = nullptr;
+  QWidget* m_editRow = nullptr;
+  int m_editTurn = -1;  // the user message being edited (-1: none)
 
   ConversationView* m_conversation = nullptr;
   ChatInput* m_input = nullptr;
@@ -162,8 +205,12 @@ class MainWindow : public QMainWindow {
   QString m_pendingText;  // the turn in flight, restored into the input if the engine refuses it
   QStringList m_pendingImages;
   bool m_regenerating = false;
+  // A resend or replay in flight: the view as it was, put back if the request fails.
+  bool m_rebuilding = false;
+  QVector<ConversationView::Entry> m_viewBefore;
   QString m_previousAnswer;  // shown again if regenerating fails
   QAction* m_regenerateAction = nullptr;
+  QAction* m_replayAction = nullptr;
   bool m_busy = false, m_answering = false, m_errorDialogs = true, m_persist = false;
   bool m_budgetFromSettings = false;  // the user's budget was restored: keep it
 };

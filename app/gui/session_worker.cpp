@@ -4,6 +4,7 @@
 #include <exception>
 
 #include "conversation_file.h"
+#include "display_message.h"
 #include "trimkv/core/error.h"
 
 using trimkv::vision::ChatEngine;
@@ -36,6 +37,13 @@ class BusyScope {
   SessionWorker* m_w;
 };
 
+// The index in `messages` of its `k`-th user message (0-based), or -1.
+int userMessageIndex(const std::vector<trimkv::Message>& messages, int k) {
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == "user" && k-- == 0) return static_cast<int>(i);
+  return -1;
+}
+
 }  // namespace
 
 trimkv::EvictionSettings defaultEviction(const trimkv::ModelInfo& info, int64_t budget) {
@@ -63,6 +71,7 @@ void SessionWorker::loadModel(const QString& dir) {
     return;
   }
   m_engine = std::move(engine);
+  m_engine->set_system_prompt(m_systemPrompt.toStdString());
   m_modelDir = dir;
   m_tokens.clear();
   ModelSummary summary;
@@ -103,6 +112,15 @@ void SessionWorker::setEviction(const trimkv::EvictionSettings& settings) {
 }
 
 void SessionWorker::setGenerationParams(const trimkv::GenerationParams& params) { m_params = params; }
+
+void SessionWorker::setSystemPrompt(const QString& text) {
+  m_systemPrompt = text;
+  if (m_engine) m_engine->set_system_prompt(text.toStdString());
+}
+
+void SessionWorker::settleSystemPrompt() {
+  if (m_engine) m_engine->set_system_prompt(m_systemPrompt.toStdString());
+}
 
 void SessionWorker::reset() {
   if (!m_engine) return;
@@ -167,7 +185,83 @@ void SessionWorker::regenerate() {
     emitFrame(QStringLiteral("idle"), 0, true);
     return;
   }
+  settleSystemPrompt();
   answerPending(clock, before);
+}
+
+void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringList& images) {
+  BusyScope busy(this);
+  if (!m_engine) {
+    Q_EMIT turnFailed(tr("No model is loaded."));
+    return;
+  }
+  m_cancel.store(false);
+  QElapsedTimer clock;
+  clock.start();
+  const std::vector<trimkv::Message> before = m_engine->transcript();
+  const int cut = userMessageIndex(before, userTurn);
+  if (cut < 0) {
+    Q_EMIT turnFailed(tr("The conversation has no message %1 to edit.").arg(userTurn + 1));
+    return;
+  }
+  std::vector<std::string> paths;
+  for (const QString& p : images) paths.push_back(p.toStdString());
+  try {
+    // Earlier turns as they were (a system message stays the engine's system prompt until the
+    // edited turn, if it is the first, brings it in).
+    replay(std::vector<trimkv::Message>(before.begin(), before.begin() + cut));
+    m_engine->add_user_turn(text.toStdString(), paths, &m_cancel);
+  } catch (const std::exception& e) {
+    restore(before);
+    reportTurnFailure(e, tr("Stopped before the answer started."), tr("Cannot send the edited message"), true);
+    return;
+  }
+  settleSystemPrompt();
+  answerPending(clock, before);
+}
+
+void SessionWorker::replayConversation() {
+  BusyScope busy(this);
+  if (!m_engine) {
+    Q_EMIT turnFailed(tr("No model is loaded."));
+    return;
+  }
+  m_cancel.store(false);
+  const std::vector<trimkv::Message> before = m_engine->transcript();
+  std::vector<trimkv::Message> system, users;
+  for (const trimkv::Message& m : before) {
+    if (m.role == "system") system.push_back(m);
+    else if (m.role == "user") users.push_back(m);
+  }
+  if (users.empty()) {
+    Q_EMIT turnFailed(tr("There is nothing to replay: the conversation is empty."));
+    return;
+  }
+  Q_EMIT replayStarted(system.empty() ? QString() : displayMessage(system.front()).text);
+  for (size_t i = 0; i < users.size(); ++i) {
+    QElapsedTimer clock;
+    clock.start();
+    const DisplayMessage shown = displayMessage(users[i]);
+    Q_EMIT userTurnStarted(shown.text, shown.images);
+    try {
+      if (i == 0) replay(system);  // empty, under the current settings, with its system message
+      m_engine->add_user_turn(users[i].content, &m_cancel);
+    } catch (const std::exception& e) {
+      restore(before);
+      reportTurnFailure(e, tr("Replay stopped; the conversation is as before."), tr("Cannot replay the conversation"),
+                        true);
+      return;
+    }
+    settleSystemPrompt();
+    const std::optional<TurnStats> stats = generateAnswer(clock, before);
+    if (!stats) return;  // reported; the conversation is as before
+    const bool last = i + 1 == users.size() || stats->stopReason == QLatin1String("cancelled");
+    if (last) {
+      Q_EMIT turnFinished(*stats);
+      return;
+    }
+    Q_EMIT answerReplayed(*stats);
+  }
 }
 
 void SessionWorker::saveConversation(const QString& path) {
@@ -204,11 +298,17 @@ void SessionWorker::loadConversation(const QString& path) {
     emitFrame(QStringLiteral("idle"), 0, true);
     return;
   }
+  settleSystemPrompt();
   Q_EMIT conversationLoaded(m_engine->transcript());
   emitFrame(QStringLiteral("idle"), 0, true);
 }
 
 void SessionWorker::replay(const std::vector<trimkv::Message>& messages) {
+  std::string system;
+  for (const trimkv::Message& m : messages)
+    if (m.role == "system")
+      for (const trimkv::ContentPart& p : m.content) system += p.text;
+  m_engine->set_system_prompt(system);  // the conversation's own, not the next one's
   m_engine->reset();  // a fresh evictor too: the replay runs under the current settings
   m_tokens.clear();
   for (const trimkv::Message& m : messages) {
@@ -227,7 +327,9 @@ void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
   const bool wasCancelled = m_cancel.exchange(false);  // the restore itself must not be stopped
   try {
     replay(messages);
+    settleSystemPrompt();
   } catch (const std::exception& e) {
+    settleSystemPrompt();
     m_engine->reset();
     m_tokens.clear();
     Q_EMIT conversationReset();
@@ -238,6 +340,11 @@ void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
 }
 
 void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before) {
+  if (const std::optional<TurnStats> stats = generateAnswer(clock, before)) Q_EMIT turnFinished(*stats);
+}
+
+std::optional<TurnStats> SessionWorker::generateAnswer(const QElapsedTimer& clock,
+                                                       const std::vector<trimkv::Message>& before) {
   const int64_t promptTokens = m_engine->state().tokens;
   emitFrame(QStringLiteral("prefill"), 0, false);
 
@@ -266,7 +373,7 @@ void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<
     m_pendingText.clear();
     restore(before);
     reportTurnFailure(e, tr("Stopped."), tr("The answer failed"), true);
-    return;
+    return std::nullopt;
   }
   flushText();
 
@@ -279,7 +386,7 @@ void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<
   if (stats.generatedTokens > 1 && result.decode_ms > 0)
     stats.tokensPerSecond = static_cast<double>(stats.generatedTokens - 1) / (result.decode_ms / 1000.0);
   emitFrame(QStringLiteral("idle"), stats.generatedTokens, true);
-  Q_EMIT turnFinished(stats);
+  return stats;
 }
 
 void SessionWorker::flushText() {

@@ -8,6 +8,10 @@
 //                 then exactly one of turnFinished (answer complete or stopped) or turnFailed
 //                 (nothing of the turn was kept: the conversation is as before the request)
 //   regenerate -> as sendTurn (the last answer is replaced)
+//   resendFrom -> as sendTurn (the conversation is cut before the edited user turn first)
+//   replayConversation -> replayStarted, then per user turn userTurnStarted, textChunk*,
+//                 frameReady*, and answerReplayed (every turn but the last) or, for the last
+//                 (or a stopped) one, turnFinished; or turnFailed (conversation restored)
 //   setEviction -> evictionApplied, or errorOccurred (the previous settings stay)
 //   reset      -> conversationReset + frameReady
 //   saveConversation -> conversationSaved, or errorOccurred
@@ -21,6 +25,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "session_types.h"
@@ -48,6 +53,16 @@ class SessionWorker : public QObject {
   // its transcript (user turns re-encoded, earlier answers as given) without the last answer,
   // then a new answer is generated. Signals as sendTurn; on failure the conversation is restored.
   void regenerate();
+  // Cuts the conversation before its `userTurn`-th user message (0-based), then sends (text,
+  // images) in its place: earlier turns are replayed (answers as given) under the current
+  // settings. On failure the conversation is restored.
+  void resendFrom(int userTurn, const QString& text, const QStringList& images);
+  // Re-runs the whole conversation under the current settings: reset, then every user turn sent
+  // again and answered anew. A stop ends the replay at the turn it lands in (later turns are
+  // dropped); an error restores the conversation.
+  void replayConversation();
+  // The system message of the next fresh conversation (ChatEngine::set_system_prompt).
+  void setSystemPrompt(const QString& text);
   void reset();
   // Writes the transcript and copies its images beside it (conversation_file.h).
   void saveConversation(const QString& path);
@@ -67,6 +82,10 @@ class SessionWorker : public QObject {
   void turnFailed(const QString& message);
   void evictionApplied(const trimkv::EvictionSettings& settings);
   void conversationReset();
+  // Replay: the conversation's system message ("" = none) and then each user turn as it is sent.
+  void replayStarted(const QString& systemText);
+  void userTurnStarted(const QString& text, const QStringList& images);
+  void answerReplayed(const TurnStats& stats);
   void conversationSaved(const QString& path);
   void conversationLoaded(const std::vector<trimkv::Message>& messages);
   // A problem the user must see: `title` says what failed ("Cannot open the model"), `message`
@@ -80,13 +99,20 @@ class SessionWorker : public QObject {
   // goes to errorOccurred under `title`), then an idle frame.
   void reportTurnFailure(const std::exception& e, const QString& stopped, const QString& title, bool withTrace);
   void flushText();
-  // Generates the answer to the pending user turn (see sendTurn's signals). On failure the
-  // conversation is rebuilt as `before`.
+  // Generates the answer to the pending user turn, streaming it (textChunk, frameReady), and
+  // returns its stats; on failure the conversation is rebuilt as `before`, the failure reported
+  // (turnFailed) and nothing returned.
+  std::optional<TurnStats> generateAnswer(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before);
+  // generateAnswer, then turnFinished.
   void answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before);
-  // Resets the engine and re-adds `messages` (throws what the engine throws).
+  // Resets the engine and re-adds `messages` (throws what the engine throws). A system message
+  // becomes the engine's system prompt, so it stays in force until the first user turn is in;
+  // every request that replays ends with settleSystemPrompt().
   void replay(const std::vector<trimkv::Message>& messages);
-  // replay() that cannot be stopped; when even that fails the conversation is reset and the
-  // user told.
+  // Puts the user's system prompt (m_systemPrompt) back for the next fresh conversation.
+  void settleSystemPrompt();
+  // replay() that cannot be stopped, then settleSystemPrompt(); when even that fails the
+  // conversation is reset and the user told.
   void restore(const std::vector<trimkv::Message>& messages);
   void learnTokens(const trimkv::KvSnapshot& kv);
 
@@ -94,6 +120,7 @@ class SessionWorker : public QObject {
   QString m_modelDir;
   trimkv::EvictionSettings m_eviction;  // what the engine runs under (policy "full" = none)
   trimkv::GenerationParams m_params;
+  QString m_systemPrompt;  // for the next fresh conversation
   std::atomic<bool> m_cancel{false};
   std::vector<TokenSlot> m_tokens;  // metadata of every token seen kept so far (see TokenSlot)
 

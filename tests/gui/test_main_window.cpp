@@ -2,10 +2,15 @@
 // tiny random Idefics3 fixture: 2 layers x 2 KV heads, gibberish answers), else the embedded demo
 // model. The tests check the plumbing between the worker and the widgets, counts and timing.
 #include <QCheckBox>
+#include <QSlider>
 #include <QClipboard>
 #include <QComboBox>
 #include <QMimeData>
 #include <QElapsedTimer>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTextBlock>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -15,7 +20,10 @@
 #include <set>
 #include <tuple>
 
+#include "budget_control.h"
+#include "budget_units.h"
 #include "chat_input.h"
+#include "policy_options_form.h"
 #include "conversation_view.h"
 #include "generation_settings.h"
 #include "head_grid.h"
@@ -24,6 +32,7 @@
 #include "main_window.h"
 #include "screenshot_run.h"
 #include "session_worker.h"
+#include "system_prompt_panel.h"
 #include "timeline_chart.h"
 #include "trimkv/core/default_model.h"
 
@@ -52,10 +61,12 @@ class MainWindowTest : public QObject {
   }
 
   void setBudget(int budget) {
+    BudgetControl* control = m_window->budgetControl();
+    control->setUnit(BudgetUnit::EntriesPerHead);
     // A spin box that already shows the value emits nothing: move it away first.
-    if (m_window->budgetSpin()->value() == budget) setBudget(budget + 1);
+    if (control->entriesPerHead() == budget) setBudget(budget + 1);
     QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
-    m_window->budgetSpin()->setValue(budget);  // debounced, then sent to the worker
+    control->spinBox()->setValue(budget);  // debounced, then sent to the worker
     QVERIFY(applied.wait(5000));
     const auto s = applied.takeLast().at(0).value<trimkv::EvictionSettings>();
     QVERIFY(s.budget_per_head.has_value());
@@ -330,6 +341,241 @@ class MainWindowTest : public QObject {
     const TurnStats stats = answer(QStringLiteral("Short, please."), {});
     QCOMPARE(stats.generatedTokens, int64_t{5});
     QCOMPARE(stats.stopReason, QStringLiteral("max_tokens"));
+  }
+
+  void theSystemPromptOpensTheNextConversationAndIsSaved() {
+    newConversation();
+    m_window->setSystemPrompt(QStringLiteral("You answer briefly."));
+    QCOMPARE(m_window->systemPromptPanel()->text(), QStringLiteral("You answer briefly."));
+    answer(QStringLiteral("Hi."), {});
+    ConversationView* view = m_window->conversation();
+    QVERIFY(view->hasSystemMessage());
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer briefly."));
+    QCOMPARE(view->messageCount(), 2);
+    QCOMPARE(m_window->lastFrame().state.turns, 3);  // system, user, assistant
+
+    // A change waits for the next conversation: the next turn keeps the one in use.
+    m_window->setSystemPrompt(QStringLiteral("You answer in French."));
+    QVERIFY(m_window->systemPromptPanel()->note().contains(QStringLiteral("next new conversation")));
+    answer(QStringLiteral("Again."), {});
+    QCOMPARE(m_window->lastFrame().state.turns, 5);
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer briefly."));
+
+    // Saved as the first message of the JSON; opening it brings it back.
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("chat.json"));
+    QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
+    m_window->saveConversation(path);
+    QVERIFY(saved.wait(10000));
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QJsonArray messages = QJsonDocument::fromJson(file.readAll()).object().value("messages").toArray();
+    QCOMPARE(messages.size(), 5);
+    QCOMPARE(messages[0].toObject().value("role").toString(), QStringLiteral("system"));
+    QCOMPARE(messages[0].toObject().value("content").toArray()[0].toObject().value("text").toString(),
+             QStringLiteral("You answer briefly."));
+
+    newConversation();
+    answer(QStringLiteral("Hi."), {});
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer in French."));
+    QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
+    m_window->loadConversation(path);
+    QVERIFY(loaded.wait(kTurnTimeoutMs));
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer briefly."));
+    QCOMPARE(view->messageCount(), 4);
+    QTRY_COMPARE(m_window->lastFrame().state.turns, 5);
+
+    // Cleared: the next conversation has none.
+    m_window->setSystemPrompt(QString());
+    newConversation();
+    answer(QStringLiteral("Hi."), {});
+    QVERIFY(!view->hasSystemMessage());
+    QCOMPARE(m_window->lastFrame().state.turns, 2);
+  }
+
+  void editingAUserTurnResendsItAndDropsWhatFollowed() {
+    newConversation();
+    answer(QStringLiteral("First question"), {kImage});
+    answer(QStringLiteral("Second question"), {});
+    ConversationView* view = m_window->conversation();
+    QCOMPARE(view->messageCount(), 4);
+    // The view offers an Edit link per user message.
+    const QString link = ConversationView::editLink(0).toString();
+    bool found = false;
+    for (QTextBlock b = view->document()->begin(); b.isValid() && !found; b = b.next())
+      for (auto it = b.begin(); !it.atEnd(); ++it)
+        if (it.fragment().charFormat().anchorHref() == link) found = true;
+    QVERIFY(found);
+    Q_EMIT view->anchorClicked(ConversationView::editLink(0));  // as a click on it does
+    QCOMPARE(m_window->editingTurn(), 0);
+    QCOMPARE(m_window->input()->toPlainText(), QStringLiteral("First question"));
+    QCOMPARE(m_window->attachments(), QStringList{kImage});
+    QCOMPARE(m_window->sendButton()->text(), QStringLiteral("Resend"));
+
+    m_window->input()->setPlainText(QStringLiteral("Edited question"));
+    QSignalSpy finished(m_window.get(), &MainWindow::answerFinished);
+    m_window->sendButton()->click();
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(m_window->editingTurn(), -1);
+    QCOMPARE(view->messageCount(), 2);
+    QCOMPARE(view->userMessage(0).text, QStringLiteral("Edited question"));
+    QCOMPARE(view->userMessage(0).images, QStringList{kImage});
+    QCOMPARE(view->lastAnswer(), finished.first().at(0).value<TurnStats>().text);
+    const InspectorFrame& f = m_window->lastFrame();
+    QCOMPARE(f.state.turns, 2);
+    QCOMPARE(static_cast<int>(f.state.images.size()), 1);
+
+    // Editing the second of two turns keeps the first one's answer as it was.
+    answer(QStringLiteral("Another one"), {});
+    const QString firstAnswer = view->entries().at(1).text;
+    m_window->editUserTurn(1);
+    QCOMPARE(m_window->input()->toPlainText(), QStringLiteral("Another one"));
+    m_window->cancelEdit();
+    QCOMPARE(m_window->sendButton()->text(), QStringLiteral("Send"));
+    m_window->resendUserTurn(1, QStringLiteral("Something else"), {});
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(view->messageCount(), 4);
+    QCOMPARE(view->entries().at(1).text, firstAnswer);
+    QCOMPARE(view->userMessage(1).text, QStringLiteral("Something else"));
+    QCOMPARE(m_window->lastFrame().state.turns, 4);
+
+    // A resend the engine refuses (unreadable image) leaves the conversation as it was.
+    QSignalSpy failed(m_window.get(), &MainWindow::turnFailed);
+    m_window->resendUserTurn(0, QStringLiteral("Look"), {kNotAnImage});
+    QVERIFY(failed.wait(kTurnTimeoutMs));
+    QCOMPARE(view->messageCount(), 4);
+    QCOMPARE(view->userMessage(0).text, QStringLiteral("Edited question"));
+    QTRY_COMPARE(m_window->lastFrame().state.turns, 4);
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+  }
+
+  void budgetUnitsConvertThroughOneFunction() {
+    BudgetScale scale;
+    scale.heads = 4;
+    scale.bytesPerEntry = 256;
+    scale.contextTokens = 400;
+    QCOMPARE(unitsPerEntry(BudgetUnit::EntriesPerHead, scale), 1.0);
+    QCOMPARE(budgetInUnit(100, BudgetUnit::MiB, scale), 100.0 * 4 * 256 / (1024.0 * 1024.0));
+    QCOMPARE(budgetInUnit(100, BudgetUnit::PercentOfContext, scale), 25.0);
+    QCOMPARE(entriesFromUnit(25.0, BudgetUnit::PercentOfContext, scale), int64_t{100});
+    QCOMPARE(entriesFromUnit(0.01, BudgetUnit::PercentOfContext, scale), int64_t{1});  // never 0
+    // Every whole budget survives the round trip through every unit.
+    for (BudgetUnit u : {BudgetUnit::EntriesPerHead, BudgetUnit::MiB, BudgetUnit::PercentOfContext})
+      for (int64_t m = 1; m <= 5000; m += 7) QCOMPARE(entriesFromUnit(budgetInUnit(m, u, scale), u, scale), m);
+    QVERIFY(budgetText(512, BudgetUnit::MiB, scale).endsWith(QStringLiteral("KiB")));  // 0.5 MiB reads as KiB
+    scale.contextTokens = 0;
+    QVERIFY(!unitAvailable(BudgetUnit::PercentOfContext, scale));
+    QVERIFY(unitAvailable(BudgetUnit::MiB, scale));
+
+    // The scale of the loaded model: bytes per entry as the cache stores them.
+    const InspectorFrame& f = m_window->lastFrame();
+    QVERIFY(f.kv && f.kv->total_entries > 0);
+    const BudgetScale live = BudgetScale::of(m_window->model().info, f.kv.get());
+    QCOMPARE(live.heads, m_window->model().info.n_layer * m_window->model().info.n_kv_head);
+    QCOMPARE(live.bytesPerEntry * static_cast<double>(f.kv->total_entries), static_cast<double>(f.kv->bytes_held));
+    QCOMPARE(live.contextTokens, f.kv->n_tokens);
+  }
+
+  void theBudgetReadsAlikeInEveryUnitAndSliderAndSpinBoxAgree() {
+    BudgetControl* control = m_window->budgetControl();
+    setBudget(40);
+    const BudgetScale scale = control->scale();
+    QVERIFY(unitAvailable(BudgetUnit::PercentOfContext, scale));  // a conversation is on screen
+    QVERIFY(control->hintText().contains(QStringLiteral("%")));
+
+    // MiB: the spin box shows the same 40 entries; typing a size sends the matching entries.
+    control->setUnit(BudgetUnit::MiB);
+    QCOMPARE(control->unit(), BudgetUnit::MiB);
+    QVERIFY(qAbs(control->spinBox()->value() - budgetInUnit(40, BudgetUnit::MiB, scale)) <
+             1.01 * qPow(10.0, -control->spinBox()->decimals()));
+    QVERIFY(control->hintText().contains(QStringLiteral("40 entries/head")));
+    QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
+    control->spinBox()->setValue(budgetInUnit(20, BudgetUnit::MiB, scale));
+    QVERIFY(applied.wait(5000));
+    QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, int64_t{20});
+    QCOMPARE(control->entriesPerHead(), int64_t{20});
+
+    // Percent of the context: half the tokens so far.
+    control->setUnit(BudgetUnit::PercentOfContext);
+    control->spinBox()->setValue(50.0);
+    QVERIFY(applied.wait(5000));
+    const int64_t half = entriesFromUnit(50.0, BudgetUnit::PercentOfContext, scale);
+    QCOMPARE(half, (scale.contextTokens + 1) / 2);
+    QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, half);
+
+    // The slider moves the same budget (logarithmic), and the spin box follows it.
+    control->slider()->setValue(control->slider()->value() / 2);
+    QVERIFY(applied.wait(5000));
+    const int64_t fromSlider = control->entriesPerHead();
+    QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, fromSlider);
+    QCOMPARE(entriesFromUnit(control->spinBox()->value(), BudgetUnit::PercentOfContext, scale), fromSlider);
+    control->setUnit(BudgetUnit::EntriesPerHead);
+    QCOMPARE(static_cast<int64_t>(control->spinBox()->value()), fromSlider);
+  }
+
+  void policyOptionsShowOnlyWhatThePolicyAccepts() {
+    QComboBox* policy = m_window->policyCombo();
+    const QString before = policy->currentData().toString();
+    auto choose = [&](const QString& name) {
+      QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
+      policy->setCurrentIndex(policy->findData(name));
+      Q_EMIT policy->activated(policy->currentIndex());  // as a choice in the list does
+      QVERIFY(applied.wait(5000));
+      QCOMPARE(applied.last().at(0).value<trimkv::EvictionSettings>().policy, name.toStdString());
+    };
+    PolicyOptionsForm* form = m_window->policyOptions();
+    setBudget(64);  // snapkv needs more than its window (32) per head
+    choose(QStringLiteral("snapkv"));
+    QCOMPARE(form->optionNames(), (QStringList{"window", "kernel", "pooling"}));
+    QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
+    auto* window = qobject_cast<QSpinBox*>(form->editor(QStringLiteral("window")));
+    QVERIFY(window);
+    window->setValue(4);
+    QVERIFY(applied.wait(5000));
+    const auto s = applied.takeLast().at(0).value<trimkv::EvictionSettings>();
+    QCOMPARE(s.policy, std::string("snapkv"));
+    QCOMPARE(s.options, std::vector<std::string>{"window=4"});
+    // A value the engine refuses is named in the error and the settings in force stay.
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    auto* kernel = qobject_cast<QSpinBox*>(form->editor(QStringLiteral("kernel")));
+    kernel->setValue(4);  // must be odd
+    QVERIFY(errors.wait(5000));
+    QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("kernel")));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+
+    choose(QStringLiteral("streamingllm"));
+    QCOMPARE(form->optionNames(), (QStringList{"sinks", "window"}));
+    QVERIFY(form->options().empty());  // all at their defaults (window: auto)
+    QVERIFY(!form->editor(QStringLiteral("window"))->isEnabled());
+    choose(before);
+    QVERIFY(form->options().empty());
+  }
+
+  void replayRerunsTheConversationUnderTheNewBudget() {
+    setBudget(48);
+    newConversation();
+    answer(QStringLiteral("What is in the image?"), {kImage});
+    answer(QStringLiteral("And the colours?"), {});
+    ConversationView* view = m_window->conversation();
+    QCOMPARE(view->messageCount(), 4);
+    const int64_t entriesHigh = m_window->lastFrame().state.kv_entries;
+    setBudget(8);
+    QSignalSpy replayed(m_window->worker(), &SessionWorker::answerReplayed);
+    QSignalSpy finished(m_window.get(), &MainWindow::answerFinished);
+    m_window->replayConversation();
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(replayed.count(), 1);  // the first answer; the last one finishes the replay
+    QCOMPARE(view->messageCount(), 4);
+    QCOMPARE(view->userMessage(0).text, QStringLiteral("What is in the image?"));
+    QCOMPARE(view->userMessage(0).images, QStringList{kImage});
+    QCOMPARE(view->userMessage(1).text, QStringLiteral("And the colours?"));
+    const InspectorFrame& f = m_window->lastFrame();
+    QCOMPARE(f.state.turns, 4);
+    QVERIFY(f.state.kv_entries < entriesHigh);
+    QVERIFY(f.trace);
+    const auto& info = m_window->model().info;
+    QCOMPARE(f.trace->budget_global, int64_t{8} * info.n_layer * info.n_kv_head);
+    QVERIFY(f.state.eviction_events > 0);
   }
 
   void stopEndsGenerationWithin200ms() {
