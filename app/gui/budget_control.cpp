@@ -21,6 +21,7 @@ BudgetControl::BudgetControl(QWidget* parent) : QWidget(parent) {
   m_spin = new QDoubleSpinBox(this);
   m_spin->setKeyboardTracking(false);  // a value counts once typed in (Enter or focus out)
   m_spin->setMinimumWidth(90);
+  m_spin->setSizePolicy(QSizePolicy::Fixed, QSizePolicy::Fixed);
   m_unit = new QComboBox(this);
   m_unit->addItem(tr("entries/head"), static_cast<int>(BudgetUnit::EntriesPerHead));
   m_unit->addItem(tr("MiB"), static_cast<int>(BudgetUnit::MiB));
@@ -33,6 +34,8 @@ BudgetControl::BudgetControl(QWidget* parent) : QWidget(parent) {
   m_unit->setItemData(2, tr("Entries per head as a share of the conversation's tokens so far (100% keeps "
                             "everything); the share falls as the conversation grows"),
                       Qt::ToolTipRole);
+  m_unit->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  m_unit->setSizePolicy(QSizePolicy::Fixed, QSizePolicy::Fixed);
   m_hint = new QLabel(this);
   row->addWidget(m_slider);
   row->addWidget(m_spin);

@@ -13,6 +13,9 @@
 #include <QLabel>
 #include <QMenu>
 #include <QMenuBar>
+#include <QDir>
+#include <QProgressBar>
+#include <QStandardPaths>
 #include <QMessageBox>
 #include <QToolButton>
 #include <QWidgetAction>
@@ -34,17 +37,22 @@
 #include "conversation_file.h"
 #include "conversation_view.h"
 #include "budget_control.h"
+#include "figure_export.h"
 #include "generation_settings.h"
+#include "recent_models.h"
+#include "kv_export.h"
 #include "policy_options_form.h"
 #include "head_grid.h"
 #include "head_strip.h"
 #include "image_overlay.h"
+#include "image_viewer.h"
 #include "modality_palette.h"
 #include "session_worker.h"
 #include "system_prompt_panel.h"
 #include "display_message.h"
 #include "timeline_chart.h"
 #include "trimkv/core/default_model.h"
+#include "trimkv/core/error.h"
 
 namespace {
 
@@ -109,6 +117,9 @@ void MainWindow::buildMenus() {
   open->setToolTip(tr("Open a model folder (a Hugging Face checkpoint of a supported family) (Ctrl+Shift+O)"));
   open->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
   connect(open, &QAction::triggered, this, &MainWindow::chooseModelFolder);
+  m_recentMenu = file->addMenu(tr("Open &recent model"));
+  connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
+  fillRecentMenu();
   file->addSeparator();
   QAction* fresh = file->addAction(tr("&New conversation"));
   fresh->setObjectName(QStringLiteral("newConversationAction"));
@@ -124,6 +135,21 @@ void MainWindow::buildMenus() {
   saveChat->setShortcut(QKeySequence::Save);
   saveChat->setToolTip(tr("Save the conversation as JSON, its images copied beside it (Ctrl+S)"));
   connect(saveChat, &QAction::triggered, this, &MainWindow::chooseConversationToSave);
+  QMenu* exportMenu = file->addMenu(tr("&Export"));
+  exportMenu->setToolTipsVisible(true);
+  QAction* grid = exportMenu->addAction(tr("Head &grid (PNG or SVG)…"));
+  connect(grid, &QAction::triggered, this, [this] { chooseExport(Figure::HeadGrid); });
+  QAction* overlay = exportMenu->addAction(tr("Image &overlay (PNG or SVG)…"));
+  connect(overlay, &QAction::triggered, this, [this] { chooseExport(Figure::ImageOverlay); });
+  QAction* plot = exportMenu->addAction(tr("&Timeline plot (PNG or SVG)…"));
+  connect(plot, &QAction::triggered, this, [this] { chooseExport(Figure::Timeline); });
+  exportMenu->addSeparator();
+  QAction* trace = exportMenu->addAction(tr("Eviction t&race (JSON)…"));
+  trace->setToolTip(tr("Every compression of the conversation: when, and what each head kept and evicted"));
+  connect(trace, &QAction::triggered, this, [this] { chooseDataExport(true); });
+  QAction* counts = exportMenu->addAction(tr("Per-head &counts (CSV)…"));
+  counts->setToolTip(tr("Entries each (layer, KV head) keeps now, by modality"));
+  connect(counts, &QAction::triggered, this, [this] { chooseDataExport(false); });
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"));
   quit->setShortcut(QKeySequence::Quit);
@@ -142,6 +168,21 @@ void MainWindow::buildMenus() {
                                 "sampling: every question is sent again and answered anew (Ctrl+Shift+R)"));
   m_replayAction->setIconText(tr("Replay"));
   connect(m_replayAction, &QAction::triggered, this, &MainWindow::replayConversation);
+}
+
+void MainWindow::fillRecentMenu() {
+  m_recentMenu->clear();
+  const QStringList dirs = RecentModels::load();
+  for (const QString& dir : dirs) {
+    QAction* a = m_recentMenu->addAction(QDir::toNativeSeparators(dir));
+    a->setToolTip(dir);
+    connect(a, &QAction::triggered, this, [this, dir] { openModel(dir); });
+  }
+  if (dirs.isEmpty()) m_recentMenu->addAction(tr("(none yet)"))->setEnabled(false);
+  m_recentMenu->addSeparator();
+  QAction* clear = m_recentMenu->addAction(tr("Clear the list"));
+  clear->setEnabled(!dirs.isEmpty());
+  connect(clear, &QAction::triggered, this, [] { RecentModels::clear(); });
 }
 
 void MainWindow::buildToolbar() {
@@ -234,6 +275,7 @@ void MainWindow::buildCentral() {
   leftLayout->addWidget(m_systemPanel);
   m_conversation = new ConversationView(left);
   connect(m_conversation, &ConversationView::editRequested, this, &MainWindow::editUserTurn);
+  connect(m_conversation, &ConversationView::imageClicked, this, &MainWindow::showImage);
   leftLayout->addWidget(m_conversation, 1);
   m_editRow = new QWidget(left);
   auto* editLayout = new QHBoxLayout(m_editRow);
@@ -308,7 +350,18 @@ void MainWindow::buildCentral() {
     m_overlay->setAllHeads(all);
     onHeadSelected(m_grid->selectedLayer(), m_grid->selectedHead());
   });
+  m_shade = new QComboBox(stripBox);
+  m_shade->addItem(tr("band: β"), static_cast<int>(HeadStrip::Shade::Beta));
+  m_shade->addItem(tr("band: score"), static_cast<int>(HeadStrip::Shade::Score));
+  m_shade->addItem(tr("band: none"), static_cast<int>(HeadStrip::Shade::None));
+  m_shade->setToolTip(tr("The band under each kept position, dark violet (low) to yellow (high): β, the "
+                         "retention gate's per-step keep factor (1 = never forgotten), or the policy's score "
+                         "scaled over this head's kept entries"));
+  connect(m_shade, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int) {
+    m_strip->setShade(static_cast<HeadStrip::Shade>(m_shade->currentData().toInt()));
+  });
   headRow->addWidget(m_headLabel, 1);
+  headRow->addWidget(m_shade);
   headRow->addWidget(m_allHeads);
   stripLayout->addLayout(headRow);
   auto* stripScroll = new QScrollArea(stripBox);
@@ -349,6 +402,15 @@ void MainWindow::buildStatusBar() {
   statusBar()->addWidget(m_statusTokens);
   statusBar()->addWidget(m_statusSpeed);
   statusBar()->addWidget(m_statusKv);
+  auto* bar = new QProgressBar(this);
+  bar->setRange(0, 0);  // busy: loading has no measurable progress
+  bar->setMaximumWidth(120);
+  bar->setMaximumHeight(14);
+  bar->setTextVisible(false);
+  bar->setToolTip(tr("Loading the model (weights, tokenizer, vision tower) on the worker thread"));
+  bar->setVisible(false);
+  m_loadBar = bar;
+  statusBar()->addPermanentWidget(m_loadBar);
   statusBar()->addPermanentWidget(m_statusPhase);
 }
 
@@ -377,11 +439,19 @@ void MainWindow::connectWorker() {
   // Results: values, queued onto the GUI thread.
   connect(m_worker, &SessionWorker::busyChanged, this, [this](bool busy) {
     m_busy = busy;
+    if (!busy && m_loadBar->isVisible()) {
+      m_loadBar->setVisible(false);
+      if (m_statusPhase->text().startsWith(tr("loading"))) m_statusPhase->setText(m_hasModel ? tr("ready") : tr("no model"));
+    }
     updateButtons();
   }, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::modelLoading, this, [this](const QString& dir) {
     m_statusPhase->setText(tr("loading %1…").arg(QFileInfo(dir).fileName()));
+    m_loadBar->setVisible(true);
+    Q_EMIT modelLoadStarted(dir);
   }, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestAutosaveFile, m_worker, &SessionWorker::setAutosaveFile, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::autosaved, this, &MainWindow::autosaved, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::textChunk, this, [this](const QString& chunk) {
     m_conversation->appendToAnswer(chunk);
@@ -558,6 +628,11 @@ void MainWindow::onUserTurnStarted(const QString& text, const QStringList& image
 
 void MainWindow::onAnswerReplayed(const TurnStats& stats) { m_conversation->finishAnswer(showTurnStats(stats)); }
 
+void MainWindow::showImage(const QString& path) {
+  auto* viewer = new ImageViewer(path, this);
+  viewer->show();
+}
+
 void MainWindow::setSystemPrompt(const QString& text) {
   m_systemPanel->setText(text);
   syncSystemPrompt();
@@ -609,6 +684,102 @@ void MainWindow::chooseConversationToSave() {
 void MainWindow::chooseConversationToOpen() {
   const QString path = QFileDialog::getOpenFileName(this, tr("Open a conversation"), QString(), tr("Conversations (*.json)"));
   if (!path.isEmpty()) loadConversation(path);
+}
+
+QString MainWindow::defaultAutosaveFile() {
+  return QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation))
+      .filePath(QStringLiteral("autosave/conversation.json"));
+}
+
+void MainWindow::setAutosaveFile(const QString& path) {
+  m_autosaveFile = path;
+  Q_EMIT requestAutosaveFile(path);
+}
+
+void MainWindow::offerAutosaveRestore() {
+  if (m_autosaveFile.isEmpty() || !QFileInfo::exists(m_autosaveFile)) return;
+  int messages = 0;
+  try {
+    messages = static_cast<int>(loadConversationFile(m_autosaveFile).size());
+  } catch (const std::exception&) {
+    return;  // not a conversation (any more): nothing to offer
+  }
+  if (messages == 0) return;
+  auto* box = new QMessageBox(QMessageBox::Question, tr("Restore the last conversation?"),
+                              tr("The last conversation (%1 messages, autosaved %2) can be opened again. "
+                                 "Open it? It is replayed under the current settings.")
+                                  .arg(messages)
+                                  .arg(QLocale().toString(QFileInfo(m_autosaveFile).lastModified(), QLocale::ShortFormat)),
+                              QMessageBox::Open | QMessageBox::Discard, this);
+  box->setObjectName(QStringLiteral("restoreDialog"));
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->setDefaultButton(QMessageBox::Open);
+  connect(box, &QMessageBox::finished, this, [this](int result) {
+    if (result == QMessageBox::Open) loadConversation(m_autosaveFile);
+  });
+  box->open();
+}
+
+bool MainWindow::tryExport(const QString& title, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const std::exception& e) {
+    showError(title, QString::fromStdString(e.what()));
+    return false;
+  }
+  return true;
+}
+
+bool MainWindow::exportFigureTo(Figure figure, const QString& path) {
+  QWidget* widget = figure == Figure::HeadGrid ? static_cast<QWidget*>(m_grid)
+                    : figure == Figure::ImageOverlay ? static_cast<QWidget*>(m_overlay)
+                                                      : static_cast<QWidget*>(m_timeline);
+  const QString title = figure == Figure::HeadGrid ? tr("KV entries kept per layer and KV head")
+                        : figure == Figure::ImageOverlay ? tr("Kept image patches")
+                                                          : tr("KV entries over forward steps");
+  // A figure on a hidden tab has no size yet: show it first.
+  if (figure != Figure::HeadGrid) m_lowerTabs->setCurrentWidget(widget);
+  const bool ok = tryExport(tr("Cannot export the figure"), [&] { exportFigure(widget, path, title); });
+  if (ok) statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+  return ok;
+}
+
+bool MainWindow::exportTraceTo(const QString& path) {
+  const bool ok = tryExport(tr("Cannot export the eviction trace"), [&] {
+    TRIMKV_CHECK(m_lastTrace, Input, "there is no eviction trace yet: send a message first");
+    exportTrace(*m_lastTrace, path);
+  });
+  if (ok) statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+  return ok;
+}
+
+bool MainWindow::exportHeadCountsTo(const QString& path) {
+  const bool ok = tryExport(tr("Cannot export the per-head counts"), [&] {
+    TRIMKV_CHECK(m_lastFrame.kv, Input, "there is no KV cache to count yet: open a model first");
+    exportHeadCounts(*m_lastFrame.kv, path);
+  });
+  if (ok) statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+  return ok;
+}
+
+void MainWindow::chooseExport(Figure figure) {
+  const QString name = figure == Figure::HeadGrid ? QStringLiteral("head-grid.svg")
+                       : figure == Figure::ImageOverlay ? QStringLiteral("image-overlay.svg")
+                                                         : QStringLiteral("timeline.svg");
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export the figure"), name,
+                                                    tr("SVG (*.svg);;PNG (*.png)"));
+  if (!path.isEmpty()) exportFigureTo(figure, path);
+}
+
+void MainWindow::chooseDataExport(bool trace) {
+  const QString path =
+      trace ? QFileDialog::getSaveFileName(this, tr("Export the eviction trace"), QStringLiteral("trace.json"),
+                                           tr("JSON (*.json)"))
+            : QFileDialog::getSaveFileName(this, tr("Export the per-head counts"), QStringLiteral("head-counts.csv"),
+                                           tr("CSV (*.csv)"));
+  if (path.isEmpty()) return;
+  if (trace) exportTraceTo(path);
+  else exportHeadCountsTo(path);
 }
 
 void MainWindow::onConversationLoaded(const std::vector<trimkv::Message>& messages) {
@@ -688,6 +859,7 @@ void MainWindow::showError(const QString& title, const QString& message) {
 void MainWindow::onModelLoaded(const ModelSummary& model) {
   m_model = model;
   m_hasModel = true;
+  if (m_persist) RecentModels::add(model.dir);
   const trimkv::ModelInfo& i = model.info;
   QString builtIn;
   try {
@@ -741,6 +913,7 @@ void MainWindow::onEvictionApplied(const trimkv::EvictionSettings& settings) {
 
 void MainWindow::onFrame(const InspectorFrame& frame) {
   m_lastFrame = frame;
+  if (frame.trace) m_lastTrace = frame.trace;
   m_grid->setSnapshot(frame.kv);
   m_strip->setFrame(frame.kv, frame.tokens);
   m_strip->setHead(m_grid->selectedLayer(), m_grid->selectedHead());

@@ -7,6 +7,7 @@
 #include <QStringList>
 #include <QThread>
 
+#include <functional>
 #include <optional>
 
 #include "budget_units.h"
@@ -27,6 +28,7 @@ class QAction;
 class QCheckBox;
 class QComboBox;
 class QLabel;
+class QMenu;
 class QPushButton;
 class QSpinBox;
 class QTimer;
@@ -59,6 +61,20 @@ class MainWindow : public QMainWindow {
   void replayConversation();
   // The system prompt of the next fresh conversation (as if typed into its panel).
   void setSystemPrompt(const QString& text);
+  // Opens a conversation image at full size (what clicking its thumbnail does).
+  void showImage(const QString& path);
+  // Autosave: after every completed turn the conversation is written to `path` ("" = off, the
+  // default; the application sets defaultAutosaveFile()).
+  void setAutosaveFile(const QString& path);
+  const QString& autosaveFile() const { return m_autosaveFile; }
+  static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
+  // When the autosave file holds a conversation, asks (non-modal) whether to open it.
+  void offerAutosaveRestore();
+  // Exports (File > Export). Each reports a problem as an error dialog and returns false.
+  enum class Figure { HeadGrid, ImageOverlay, Timeline };
+  bool exportFigureTo(Figure figure, const QString& path);  // .png or .svg
+  bool exportTraceTo(const QString& path);                  // the eviction trace, JSON
+  bool exportHeadCountsTo(const QString& path);             // kept entries per head, CSV
   void newConversation();
   void saveConversation(const QString& path);
   void loadConversation(const QString& path);
@@ -81,6 +97,7 @@ class MainWindow : public QMainWindow {
   HeadGrid* headGrid() const { return m_grid; }
   HeadStrip* headStrip() const { return m_strip; }
   QCheckBox* allHeadsToggle() const { return m_allHeads; }
+  QComboBox* shadeCombo() const { return m_shade; }
   ImageOverlay* imageOverlay() const { return m_overlay; }
   TimelineChart* timeline() const { return m_timeline; }
   ConversationView* conversation() const { return m_conversation; }
@@ -94,6 +111,8 @@ class MainWindow : public QMainWindow {
   QPushButton* sendButton() const { return m_send; }
   const QStringList& attachments() const { return m_attachments; }
   QPushButton* stopButton() const { return m_stop; }
+  QWidget* loadIndicator() const { return m_loadBar; }
+  QMenu* recentMenu() const { return m_recentMenu; }
   SessionWorker* worker() const { return m_worker; }
 
  Q_SIGNALS:
@@ -104,6 +123,8 @@ class MainWindow : public QMainWindow {
   void conversationSaved(const QString& path);
   void conversationLoaded(int messages);
   void evictionApplied(const trimkv::EvictionSettings& settings);
+  void modelLoadStarted(const QString& dir);  // the busy indicator is up
+  void autosaved(const QString& path);
   void errorReported(const QString& title, const QString& message);
 
   // To the worker (queued).
@@ -116,6 +137,7 @@ class MainWindow : public QMainWindow {
   void requestResend(int userTurn, const QString& text, const QStringList& images);
   void requestReplay();
   void requestSystemPrompt(const QString& text);
+  void requestAutosaveFile(const QString& path);
   void requestEviction(const trimkv::EvictionSettings& settings);
   void requestGenerationParams(const trimkv::GenerationParams& params);
 
@@ -125,6 +147,7 @@ class MainWindow : public QMainWindow {
  private:
   void saveSettings() const;
   void buildMenus();
+  void fillRecentMenu();
   void buildToolbar();
   void buildCentral();
   void buildStatusBar();
@@ -157,6 +180,10 @@ class MainWindow : public QMainWindow {
   void updateEditBanner();
   void chooseConversationToSave();
   void chooseConversationToOpen();
+  void chooseExport(Figure figure);
+  void chooseDataExport(bool trace);
+  // Runs `write` and reports a failure under `title`; true when it succeeded.
+  bool tryExport(const QString& title, const std::function<void()>& write);
 
   QThread m_thread;
   SessionWorker* m_worker = nullptr;  // lives on m_thread; deleted when it finishes
@@ -186,6 +213,7 @@ class MainWindow : public QMainWindow {
   HeadGrid* m_grid = nullptr;
   QLabel* m_headLabel = nullptr;
   QCheckBox* m_allHeads = nullptr;
+  QComboBox* m_shade = nullptr;  // the head strip's band: β | score | none
   HeadStrip* m_strip = nullptr;
   ImageOverlay* m_overlay = nullptr;
   TimelineChart* m_timeline = nullptr;
@@ -195,12 +223,16 @@ class MainWindow : public QMainWindow {
   QLabel* m_statusSpeed = nullptr;
   QLabel* m_statusKv = nullptr;
   QLabel* m_statusPhase = nullptr;
+  QWidget* m_loadBar = nullptr;  // busy indicator while a model loads
+  QMenu* m_recentMenu = nullptr;
+  QString m_autosaveFile;
 
   ModelSummary m_model;
   bool m_hasModel = false;
   bool m_userChosePolicy = false;  // else a loaded model gets defaultEviction()
   trimkv::EvictionSettings m_eviction;  // in force in the worker
   InspectorFrame m_lastFrame;
+  std::shared_ptr<const trimkv::Trace> m_lastTrace;  // of the latest frame that carried one
   QStringList m_attachments;
   QString m_pendingText;  // the turn in flight, restored into the input if the engine refuses it
   QStringList m_pendingImages;

@@ -1,5 +1,7 @@
 #include "session_worker.h"
 
+#include <QDir>
+#include <QFileInfo>
 #include <algorithm>
 #include <exception>
 
@@ -73,7 +75,7 @@ void SessionWorker::loadModel(const QString& dir) {
   m_engine = std::move(engine);
   m_engine->set_system_prompt(m_systemPrompt.toStdString());
   m_modelDir = dir;
-  m_tokens.clear();
+  m_tokens.reset();
   ModelSummary summary;
   summary.dir = dir;
   summary.info = m_engine->info();
@@ -118,6 +120,32 @@ void SessionWorker::setSystemPrompt(const QString& text) {
   if (m_engine) m_engine->set_system_prompt(text.toStdString());
 }
 
+void SessionWorker::setAutosaveFile(const QString& path) {
+  m_autosaveFile = path;
+  m_autosaveFailed = false;
+}
+
+void SessionWorker::autosave() {
+  if (m_autosaveFile.isEmpty() || !m_engine || m_engine->transcript().empty()) return;
+  try {
+    QDir().mkpath(QFileInfo(m_autosaveFile).absolutePath());
+    saveConversationFile(m_autosaveFile, m_engine->transcript(), m_modelDir);
+  } catch (const std::exception& e) {
+    if (!m_autosaveFailed)
+      Q_EMIT errorOccurred(tr("Cannot autosave the conversation"),
+                           errorText(e) + tr("\nThe conversation goes on; it is not saved until this is fixed."));
+    m_autosaveFailed = true;
+    return;
+  }
+  m_autosaveFailed = false;
+  Q_EMIT autosaved(m_autosaveFile);
+}
+
+void SessionWorker::finishTurn(const TurnStats& stats) {
+  autosave();
+  Q_EMIT turnFinished(stats);
+}
+
 void SessionWorker::settleSystemPrompt() {
   if (m_engine) m_engine->set_system_prompt(m_systemPrompt.toStdString());
 }
@@ -131,7 +159,7 @@ void SessionWorker::reset() {
     Q_EMIT errorOccurred(tr("Cannot start a new conversation"), errorText(e));
     return;
   }
-  m_tokens.clear();
+  m_tokens.reset();
   Q_EMIT conversationReset();
   emitFrame(QStringLiteral("idle"), 0, true);
 }
@@ -257,7 +285,7 @@ void SessionWorker::replayConversation() {
     if (!stats) return;  // reported; the conversation is as before
     const bool last = i + 1 == users.size() || stats->stopReason == QLatin1String("cancelled");
     if (last) {
-      Q_EMIT turnFinished(*stats);
+      finishTurn(*stats);
       return;
     }
     Q_EMIT answerReplayed(*stats);
@@ -310,7 +338,7 @@ void SessionWorker::replay(const std::vector<trimkv::Message>& messages) {
       for (const trimkv::ContentPart& p : m.content) system += p.text;
   m_engine->set_system_prompt(system);  // the conversation's own, not the next one's
   m_engine->reset();  // a fresh evictor too: the replay runs under the current settings
-  m_tokens.clear();
+  m_tokens.reset();
   for (const trimkv::Message& m : messages) {
     if (m.role == "user") {
       m_engine->add_user_turn(m.content, &m_cancel);
@@ -331,7 +359,7 @@ void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
   } catch (const std::exception& e) {
     settleSystemPrompt();
     m_engine->reset();
-    m_tokens.clear();
+    m_tokens.reset();
     Q_EMIT conversationReset();
     Q_EMIT errorOccurred(tr("The conversation was lost"),
                          tr("It could not be restored after an error: %1").arg(errorText(e)));
@@ -340,7 +368,7 @@ void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
 }
 
 void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before) {
-  if (const std::optional<TurnStats> stats = generateAnswer(clock, before)) Q_EMIT turnFinished(*stats);
+  if (const std::optional<TurnStats> stats = generateAnswer(clock, before)) finishTurn(*stats);
 }
 
 std::optional<TurnStats> SessionWorker::generateAnswer(const QElapsedTimer& clock,
@@ -397,22 +425,19 @@ void SessionWorker::flushText() {
   m_textClock.restart();
 }
 
-void SessionWorker::learnTokens(const trimkv::KvSnapshot& kv) {
-  if (static_cast<int64_t>(m_tokens.size()) < kv.n_tokens) m_tokens.resize(static_cast<size_t>(kv.n_tokens));
-  for (const trimkv::HeadSnapshot& head : kv.heads) {
-    for (const trimkv::SnapshotEntry& e : head.entries) {
-      if (e.token_index < 0 || static_cast<size_t>(e.token_index) >= m_tokens.size()) continue;
-      TokenSlot& slot = m_tokens[static_cast<size_t>(e.token_index)];
-      if (slot.known) continue;
-      slot.known = true;
-      slot.modality = e.modality;
-      slot.turn = e.turn;
-      slot.imageId = e.image_id;
-      slot.tile = e.tile;
-      slot.patchRow = e.patch_row;
-      slot.patchCol = e.patch_col;
-    }
+void SessionWorker::refreshTokens(int64_t n_tokens, bool full) {
+  const size_t have = m_tokens ? m_tokens->size() : 0;
+  if (!full && have == static_cast<size_t>(n_tokens)) return;
+  auto tokens = std::make_shared<std::vector<trimkv::vision::StreamToken>>();
+  if (full || !m_tokens || have > static_cast<size_t>(n_tokens)) {
+    *tokens = m_engine->tokens(0);
+  } else {
+    tokens->reserve(static_cast<size_t>(n_tokens));
+    *tokens = *m_tokens;
+    std::vector<trimkv::vision::StreamToken> more = m_engine->tokens(static_cast<int64_t>(have));
+    tokens->insert(tokens->end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
+  m_tokens = std::move(tokens);
 }
 
 void SessionWorker::reportTurnFailure(const std::exception& e, const QString& stopped, const QString& title,
@@ -438,12 +463,14 @@ void SessionWorker::emitFrame(const QString& phase, int64_t generated, bool with
     Q_EMIT errorOccurred(tr("Cannot read the KV cache"), errorText(e));
     return;
   }
-  learnTokens(*kv);
-  std::vector<TokenSlot> tokens(m_tokens.begin(),
-                                m_tokens.begin() + std::min<int64_t>(kv->n_tokens, m_tokens.size()));
-  tokens.resize(static_cast<size_t>(kv->n_tokens));
+  try {
+    refreshTokens(kv->n_tokens, phase != QLatin1String("decode"));
+  } catch (const std::exception& e) {
+    Q_EMIT errorOccurred(tr("Cannot read the token stream"), errorText(e));
+    return;
+  }
   frame.kv = std::move(kv);
-  frame.tokens = std::make_shared<const std::vector<TokenSlot>>(std::move(tokens));
+  frame.tokens = m_tokens;
   frame.phase = phase;
   frame.generatedTokens = generated;
   Q_EMIT frameReady(frame);

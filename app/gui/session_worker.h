@@ -16,6 +16,9 @@
 //   reset      -> conversationReset + frameReady
 //   saveConversation -> conversationSaved, or errorOccurred
 //   loadConversation -> conversationLoaded + frameReady, or errorOccurred (conversation kept)
+// With an autosave file set, every completed turn (turnFinished) is first written there
+// (conversation_file.h: images beside it, the JSON replaced atomically) and autosaved emitted,
+// so a crash loses at most the turn in flight.
 // busyChanged(true/false) brackets every request.
 #pragma once
 #include <QElapsedTimer>
@@ -63,6 +66,8 @@ class SessionWorker : public QObject {
   void replayConversation();
   // The system message of the next fresh conversation (ChatEngine::set_system_prompt).
   void setSystemPrompt(const QString& text);
+  // Where completed turns are saved ("" = nowhere, the default).
+  void setAutosaveFile(const QString& path);
   void reset();
   // Writes the transcript and copies its images beside it (conversation_file.h).
   void saveConversation(const QString& path);
@@ -88,6 +93,7 @@ class SessionWorker : public QObject {
   void answerReplayed(const TurnStats& stats);
   void conversationSaved(const QString& path);
   void conversationLoaded(const std::vector<trimkv::Message>& messages);
+  void autosaved(const QString& path);
   // A problem the user must see: `title` says what failed ("Cannot open the model"), `message`
   // is the library's error text naming the folder, file, field or setting.
   void errorOccurred(const QString& title, const QString& message);
@@ -111,18 +117,28 @@ class SessionWorker : public QObject {
   void replay(const std::vector<trimkv::Message>& messages);
   // Puts the user's system prompt (m_systemPrompt) back for the next fresh conversation.
   void settleSystemPrompt();
+  // Saves the conversation to the autosave file (if set and the conversation is not empty); a
+  // failure is reported once per file, not after every turn.
+  void autosave();
+  // autosave(), then turnFinished.
+  void finishTurn(const TurnStats& stats);
   // replay() that cannot be stopped, then settleSystemPrompt(); when even that fails the
   // conversation is reset and the user told.
   void restore(const std::vector<trimkv::Message>& messages);
-  void learnTokens(const trimkv::KvSnapshot& kv);
+  // m_tokens for a stream of n_tokens positions: read again in full at turn boundaries (`full`:
+  // a replay or rollback may have changed earlier positions), else only the new ones.
+  void refreshTokens(int64_t n_tokens, bool full);
 
   std::unique_ptr<trimkv::vision::ChatEngine> m_engine;
   QString m_modelDir;
   trimkv::EvictionSettings m_eviction;  // what the engine runs under (policy "full" = none)
   trimkv::GenerationParams m_params;
   QString m_systemPrompt;  // for the next fresh conversation
+  QString m_autosaveFile;
+  bool m_autosaveFailed = false;  // reported already
   std::atomic<bool> m_cancel{false};
-  std::vector<TokenSlot> m_tokens;  // metadata of every token seen kept so far (see TokenSlot)
+  // The stream's positions as last read (ChatEngine::tokens), shared with the frames sent.
+  std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;
 
   // Coalescing of the turn in flight (worker thread only).
   QString m_pendingText;

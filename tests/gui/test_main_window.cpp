@@ -3,6 +3,10 @@
 // model. The tests check the plumbing between the worker and the widgets, counts and timing.
 #include <QCheckBox>
 #include <QSlider>
+#include <QMenu>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QSvgRenderer>
 #include <QClipboard>
 #include <QComboBox>
 #include <QMimeData>
@@ -11,6 +15,8 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QTextBlock>
+#include <QScrollBar>
+#include <cmath>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -23,12 +29,16 @@
 #include "budget_control.h"
 #include "budget_units.h"
 #include "chat_input.h"
+#include "conversation_file.h"
+#include "recent_models.h"
 #include "policy_options_form.h"
 #include "conversation_view.h"
 #include "generation_settings.h"
 #include "head_grid.h"
 #include "head_strip.h"
 #include "image_overlay.h"
+#include "image_viewer.h"
+#include "modality_palette.h"
 #include "main_window.h"
 #include "screenshot_run.h"
 #include "session_worker.h"
@@ -48,6 +58,7 @@ class MainWindowTest : public QObject {
 
  private:
   std::unique_ptr<MainWindow> m_window;
+  QTemporaryDir m_settingsDir;  // QSettings of the tests (recent models), not the user's
 
   // Sends a turn and waits for its answer; returns the stats.
   TurnStats answer(const QString& text, const QStringList& images) {
@@ -84,7 +95,12 @@ class MainWindowTest : public QObject {
   void initTestCase() {
     QString dir = qEnvironmentVariable("TRIMKV_DEMO_MODEL");
     if (dir.isEmpty()) dir = QString::fromStdString(trimkv::default_model_dir());
+    QCoreApplication::setOrganizationName(QStringLiteral("TrimKV-tests"));
+    QCoreApplication::setApplicationName(QStringLiteral("test_gui"));
+    QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, m_settingsDir.path());
+    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_settingsDir.path());
     m_window = std::make_unique<MainWindow>();
+    m_window->restoreSettings();  // persistence on (into m_settingsDir): recent models are recorded
     m_window->resize(1200, 800);
     m_window->show();
     QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
@@ -125,6 +141,32 @@ class MainWindowTest : public QObject {
     QCOMPARE(f.phase, QStringLiteral("idle"));
     QCOMPARE(static_cast<int>(f.state.images.size()), 1);
     QVERIFY(f.state.kv_image_entries > 0);
+  }
+
+  void clickingAThumbnailOpensTheImageAtFullSize() {
+    ConversationView* view = m_window->conversation();
+    view->verticalScrollBar()->setValue(0);
+    const QString link = ConversationView::imageLink(kImage).toString();
+    int position = -1;
+    for (QTextBlock b = view->document()->begin(); b.isValid() && position < 0; b = b.next())
+      for (auto it = b.begin(); !it.atEnd(); ++it)
+        if (it.fragment().charFormat().isImageFormat() && it.fragment().charFormat().anchorHref() == link)
+          position = it.fragment().position();
+    QVERIFY(position >= 0);
+    // A real click on the thumbnail.
+    QTextCursor c(view->document());
+    c.setPosition(position);
+    const QRect r = view->cursorRect(c);
+    const QPoint onImage(r.left() + 20, r.bottom() - 20);
+    QCOMPARE(view->anchorAt(onImage), link);
+    QTest::mouseClick(view->viewport(), Qt::LeftButton, {}, onImage);
+    auto* viewer = m_window->findChild<ImageViewer*>(QStringLiteral("imageViewer"));
+    QVERIFY(viewer);
+    QTRY_VERIFY(viewer->isVisible());
+    const QImage original(kImage);
+    QCOMPARE(viewer->image().size(), original.size());
+    QCOMPARE(viewer->shownSize(), original.size());  // at 100%
+    viewer->close();
   }
 
   void regenerateReplacesTheLastAnswer() {
@@ -192,6 +234,65 @@ class MainWindowTest : public QObject {
     QCOMPARE(m_window->headStrip()->keptCount(), static_cast<int>(keptAnywhere.size()));
     m_window->allHeadsToggle()->setChecked(false);
     QCOMPARE(m_window->headStrip()->keptCount(), static_cast<int>(head.entries.size()));
+  }
+
+  void theStripNamesEveryTokenAndShadesByBetaOrScore() {
+    const InspectorFrame& f = m_window->lastFrame();
+    QVERIFY(f.tokens);
+    QCOMPARE(static_cast<int64_t>(f.tokens->size()), f.kv->n_tokens);
+    int images = 0;
+    for (const trimkv::vision::StreamToken& t : *f.tokens) {
+      QVERIFY(t.id >= 0);  // after the turn every position has its id
+      if (t.info.modality == trimkv::Modality::Image) {
+        ++images;
+        QVERIFY(t.info.image_id >= 0);
+      }
+    }
+    int64_t imageTokens = 0;
+    for (const trimkv::ImageRecord& r : f.state.images) imageTokens += r.n_image_tokens;
+    QCOMPARE(static_cast<int64_t>(images), imageTokens);
+
+    m_window->headGrid()->setSelectedHead(0, 0);
+    HeadStrip* strip = m_window->headStrip();
+    QCOMPARE(strip->shade(), HeadStrip::Shade::Beta);
+    const trimkv::HeadSnapshot& head = f.kv->head(0, 0);
+    QVERIFY(!head.entries.empty());
+    // A kept text position: its band is β, its tooltip names the token and β.
+    const trimkv::SnapshotEntry* kept = nullptr;
+    for (const auto& e : head.entries)
+      if (e.modality == trimkv::Modality::Text && !(*f.tokens)[static_cast<size_t>(e.token_index)].text.empty()) kept = &e;
+    QVERIFY(kept);
+    const int pos = kept->token_index;
+    QCOMPARE(strip->shadeOf(pos), std::exp(static_cast<double>(kept->log_beta)));
+    const QString tip = strip->tooltipFor(pos);
+    QVERIFY2(tip.contains(QString::fromStdString((*f.tokens)[static_cast<size_t>(pos)].text).left(10)), qPrintable(tip));
+    QVERIFY(tip.contains(QStringLiteral("β =")));
+    // The band is drawn in the ramp's colour.
+    const QImage drawn = strip->grab().toImage();
+    const QRect cell = strip->cellRect(pos);
+    QCOMPARE(QColor(drawn.pixel(cell.center().x(), cell.bottom() - 1)).name(),
+             ModalityPalette::ramp(strip->shadeOf(pos)).name());
+
+    // Score: scaled over the head's kept entries, 1 for the highest.
+    m_window->shadeCombo()->setCurrentIndex(m_window->shadeCombo()->findData(static_cast<int>(HeadStrip::Shade::Score)));
+    QCOMPARE(strip->shade(), HeadStrip::Shade::Score);
+    const trimkv::SnapshotEntry* best = nullptr;
+    for (const auto& e : head.entries)
+      if (std::isfinite(e.score) && (!best || e.score > best->score)) best = &e;
+    if (best) {  // the policy scores its entries (h2o: accumulated attention)
+      QCOMPARE(strip->shadeOf(best->token_index), 1.0);
+      QVERIFY(strip->tooltipFor(best->token_index).contains(QStringLiteral("score =")));
+    } else {
+      QVERIFY(std::isnan(strip->shadeOf(pos)));
+    }
+    // An evicted position has no band and says so.
+    for (int t = 0; t < f.kv->n_tokens; ++t)
+      if (!head.kept(t)) {
+        QVERIFY(std::isnan(strip->shadeOf(t)));
+        QVERIFY(strip->tooltipFor(t).contains(QStringLiteral("evicted by layer 0 head 0")));
+        break;
+      }
+    m_window->shadeCombo()->setCurrentIndex(0);
   }
 
   void loweringTheBudgetLowersTheCounts() {
@@ -284,7 +385,8 @@ class MainWindowTest : public QObject {
     QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
     m_window->saveConversation(path);
     QVERIFY(saved.wait(10000));
-    QVERIFY(QFileInfo::exists(dir.filePath(QStringLiteral("chat-images/1-a.png"))));
+    // The image is copied beside the file, named by its content (and its name).
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("chat-images"))).entryList({QStringLiteral("*-a.png")}).size(), 1);
     newConversation();
     QCOMPARE(m_window->conversation()->messageCount(), 0);
     QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
@@ -307,6 +409,113 @@ class MainWindowTest : public QObject {
     QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("role")));
     QCOMPARE(m_window->conversation()->messageCount(), messages);
     for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+  }
+
+  void exportsWriteTheFiguresTheTraceAndTheCounts() {
+    QTemporaryDir dir;
+    const InspectorFrame& f = m_window->lastFrame();
+    QVERIFY(f.kv && !f.state.images.empty() && f.trace);
+    const std::vector<std::pair<MainWindow::Figure, QString>> figures = {
+        {MainWindow::Figure::HeadGrid, QStringLiteral("grid")},
+        {MainWindow::Figure::ImageOverlay, QStringLiteral("overlay")},
+        {MainWindow::Figure::Timeline, QStringLiteral("timeline")}};
+    for (const auto& [figure, name] : figures) {
+      const QString png = dir.filePath(name + QStringLiteral(".png"));
+      QVERIFY(m_window->exportFigureTo(figure, png));
+      const QImage image(png);
+      QVERIFY2(!image.isNull() && image.width() > 50 && image.height() > 50, qPrintable(name));
+      QSet<QRgb> colours;
+      for (int y = 0; y < image.height(); y += 4)
+        for (int x = 0; x < image.width(); x += 4) colours.insert(image.pixel(x, y));
+      QVERIFY2(colours.size() > 5, qPrintable(name));  // drawn, not blank
+      const QString svg = dir.filePath(name + QStringLiteral(".svg"));
+      QVERIFY(m_window->exportFigureTo(figure, svg));
+      QSvgRenderer renderer(svg);
+      QVERIFY2(renderer.isValid(), qPrintable(name));
+      QVERIFY(renderer.defaultSize().width() > 50);
+      QVERIFY(QFileInfo(svg).size() > 1000);  // the widget's drawing, not an empty document
+    }
+
+    // The trace as core's JSON: it parses back to the trace the window shows.
+    const QString json = dir.filePath(QStringLiteral("trace.json"));
+    QVERIFY(m_window->exportTraceTo(json));
+    QFile traceFile(json);
+    QVERIFY(traceFile.open(QIODevice::ReadOnly));
+    const trimkv::Trace trace = trimkv::trace_from_json(traceFile.readAll().toStdString());
+    QVERIFY(trace == *f.trace);
+    QCOMPARE(static_cast<int64_t>(trace.events.size()), f.state.eviction_events);
+
+    // Per-head counts: one row per (layer, KV head), as the grid shows them.
+    const QString csvPath = dir.filePath(QStringLiteral("counts.csv"));
+    QVERIFY(m_window->exportHeadCountsTo(csvPath));
+    QFile csvFile(csvPath);
+    QVERIFY(csvFile.open(QIODevice::ReadOnly));
+    const QStringList lines = QString::fromUtf8(csvFile.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    const int heads = f.kv->geometry.n_layer * f.kv->geometry.n_kv_head;
+    QCOMPARE(lines.size(), 1 + heads);
+    QCOMPARE(lines.front(), QStringLiteral("layer,kv_head,text,image,special,total"));
+    for (int i = 1; i < lines.size(); ++i) {
+      const QStringList v = lines[i].split(QLatin1Char(','));
+      QCOMPARE(v.size(), 6);
+      const trimkv::ModalityCounts c = m_window->headGrid()->cellCounts(v[0].toInt(), v[1].toInt());
+      QCOMPARE(v[2].toLongLong(), static_cast<qlonglong>(c.text));
+      QCOMPARE(v[3].toLongLong(), static_cast<qlonglong>(c.image));
+      QCOMPARE(v[4].toLongLong(), static_cast<qlonglong>(c.special));
+      QCOMPARE(v[5].toLongLong(), static_cast<qlonglong>(c.total()));
+    }
+
+    // A name the exporter cannot honour is refused with a message naming it.
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    QVERIFY(!m_window->exportFigureTo(MainWindow::Figure::HeadGrid, dir.filePath(QStringLiteral("grid.txt"))));
+    QCOMPARE(errors.count(), 1);
+    QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("grid.txt")));
+    QVERIFY(!m_window->exportTraceTo(dir.filePath(QStringLiteral("missing-folder/trace.json"))));
+    QVERIFY(errors.last().at(1).toString().contains(QStringLiteral("missing-folder")));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+  }
+
+  void everyCompletedTurnIsAutosavedAndTheAutosaveReopens() {
+    QVERIFY(MainWindow::defaultAutosaveFile().startsWith(
+        QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)));
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("autosave/conversation.json"));
+    m_window->setAutosaveFile(path);
+    newConversation();
+    QSignalSpy autosaved(m_window.get(), &MainWindow::autosaved);
+    answer(QStringLiteral("What is in the image?"), {kImage});
+    QCOMPARE(autosaved.count(), 1);  // before the answer was reported finished
+    QVERIFY(QFileInfo::exists(path));
+    std::vector<trimkv::Message> messages = loadConversationFile(path);
+    QCOMPARE(static_cast<int>(messages.size()), 2);
+    const QString copy = QString::fromStdString(messages[0].content.at(0).path);
+    QVERIFY(copy.startsWith(dir.filePath(QStringLiteral("autosave/conversation-images/"))));
+    QVERIFY(QFileInfo::exists(copy));
+    answer(QStringLiteral("And now?"), {});
+    QCOMPARE(autosaved.count(), 2);
+    messages = loadConversationFile(path);
+    QCOMPARE(static_cast<int>(messages.size()), 4);
+    QCOMPARE(QString::fromStdString(messages[3].content.at(0).text), m_window->conversation()->lastAnswer());
+    // Written atomically: no temporary file is left beside it, and the image is there once.
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("autosave"))).entryList(QDir::Files), QStringList{"conversation.json"});
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("autosave/conversation-images"))).entryList(QDir::Files).size(), 1);
+
+    // On start the application offers it; Open replays it.
+    newConversation();
+    m_window->offerAutosaveRestore();
+    auto* box = m_window->findChild<QMessageBox*>(QStringLiteral("restoreDialog"));
+    QVERIFY(box);
+    QTRY_VERIFY(box->isVisible());
+    QVERIFY(box->text().contains(QStringLiteral("4 messages")));
+    QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
+    box->button(QMessageBox::Open)->click();
+    QVERIFY(loaded.wait(kTurnTimeoutMs));
+    QCOMPARE(m_window->conversation()->messageCount(), 4);
+    QTRY_COMPARE(static_cast<int>(m_window->lastFrame().state.images.size()), 1);
+    // The next turn of the restored conversation saves over it, its image still in place.
+    answer(QStringLiteral("One more?"), {});
+    QCOMPARE(static_cast<int>(loadConversationFile(path).size()), 6);
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("autosave/conversation-images"))).entryList(QDir::Files).size(), 1);
+    m_window->setAutosaveFile(QString());
   }
 
   void theScreenshotModeSavesTheWindowWithTheInspector() {
@@ -602,6 +811,37 @@ class MainWindowTest : public QObject {
     QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
     QVERIFY(m_window->sendButton()->isEnabled());
     QVERIFY(!m_window->stopButton()->isEnabled());
+  }
+
+  void recentModelsListLoadedFoldersAndReloadWithABusyIndicator() {
+    QCOMPARE(RecentModels::withItem({"/a", "/b", "/c"}, QStringLiteral("/b")), (QStringList{"/b", "/a", "/c"}));
+    QStringList many;
+    for (int i = 0; i < 12; ++i) many = RecentModels::withItem(many, QStringLiteral("/m%1").arg(i));
+    QCOMPARE(many.size(), RecentModels::kMax);
+    QCOMPARE(many.first(), QStringLiteral("/m11"));
+
+    // The folder that loaded is listed; the bad one of an earlier test is not.
+    const QString dir = QDir::cleanPath(QDir(m_window->model().dir).absolutePath());
+    const QStringList recent = RecentModels::load();
+    QCOMPARE(recent.value(0), dir);
+    QVERIFY(!recent.contains(QStringLiteral("/nonexistent/model-folder")));
+
+    // File > Open recent model offers it; choosing it loads it again, the busy indicator up
+    // meanwhile (the load runs on the worker thread: the window keeps answering).
+    QMenu* menu = m_window->recentMenu();
+    Q_EMIT menu->aboutToShow();
+    QAction* entry = nullptr;
+    for (QAction* a : menu->actions())
+      if (a->toolTip() == dir) entry = a;
+    QVERIFY(entry);
+    bool indicatorShown = false;
+    connect(m_window.get(), &MainWindow::modelLoadStarted, this,
+            [&] { indicatorShown = m_window->loadIndicator()->isVisible(); });
+    QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
+    entry->trigger();
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QVERIFY(indicatorShown);
+    QTRY_VERIFY(!m_window->loadIndicator()->isVisible());
   }
 };
 
