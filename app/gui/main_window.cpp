@@ -332,6 +332,25 @@ void MainWindow::buildCentral() {
   auto* gridBox = new QWidget(right);
   auto* gridLayout = new QVBoxLayout(gridBox);
   gridLayout->setContentsMargins(6, 6, 6, 0);
+  auto* scrubRow = new QHBoxLayout;
+  auto* scrubTitle = new QLabel(tr("History:"), gridBox);
+  m_scrubber = new QSlider(Qt::Horizontal, gridBox);
+  m_scrubber->setRange(0, 0);
+  m_scrubber->setToolTip(tr("Go back to an earlier step of the conversation (one stop per eviction event and per "
+                            "answer, the last %1 kept): the grid, the head strip and the image show the cache as it "
+                            "was then").arg(FrameHistory::kMaxFrames));
+  m_scrubLabel = new QLabel(tr("live"), gridBox);
+  m_scrubLabel->setMinimumWidth(150);
+  m_liveButton = new QPushButton(tr("Live"), gridBox);
+  m_liveButton->setToolTip(tr("Back to the cache as it is now"));
+  m_liveButton->setEnabled(false);
+  connect(m_scrubber, &QSlider::valueChanged, this, &MainWindow::scrubTo);
+  connect(m_liveButton, &QPushButton::clicked, this, [this] { scrubTo(m_history.size() - 1); });
+  scrubRow->addWidget(scrubTitle);
+  scrubRow->addWidget(m_scrubber, 1);
+  scrubRow->addWidget(m_scrubLabel);
+  scrubRow->addWidget(m_liveButton);
+  gridLayout->addLayout(scrubRow);
   auto* gridTitle = new QLabel(tr("<b>KV entries kept per layer and KV head</b> &nbsp; ") + legendHtml(), gridBox);
   gridLayout->addWidget(gridTitle);
   m_grid = new HeadGrid(gridBox);
@@ -755,8 +774,8 @@ bool MainWindow::exportTraceTo(const QString& path) {
 
 bool MainWindow::exportHeadCountsTo(const QString& path) {
   const bool ok = tryExport(tr("Cannot export the per-head counts"), [&] {
-    TRIMKV_CHECK(m_lastFrame.kv, Input, "there is no KV cache to count yet: open a model first");
-    exportHeadCounts(*m_lastFrame.kv, path);
+    TRIMKV_CHECK(m_shownFrame.kv, Input, "there is no KV cache to count yet: open a model first");
+    exportHeadCounts(*m_shownFrame.kv, path);  // what the grid shows (a past step when scrubbing)
   });
   if (ok) statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
   return ok;
@@ -911,16 +930,64 @@ void MainWindow::onEvictionApplied(const trimkv::EvictionSettings& settings) {
   Q_EMIT evictionApplied(settings);
 }
 
-void MainWindow::onFrame(const InspectorFrame& frame) {
-  m_lastFrame = frame;
-  if (frame.trace) m_lastTrace = frame.trace;
+void MainWindow::showFrame(const InspectorFrame& frame) {
+  m_shownFrame = frame;
   m_grid->setSnapshot(frame.kv);
   m_strip->setFrame(frame.kv, frame.tokens);
   m_strip->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
   m_overlay->setFrame(frame.state.images, frame.kv);
   m_overlay->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
   onHeadSelected(m_grid->selectedLayer(), m_grid->selectedHead());
+}
+
+void MainWindow::scrubTo(int index) {
+  if (m_history.empty()) return;
+  index = std::clamp(index, 0, m_history.size() - 1);
+  m_scrubbing = index < m_history.size() - 1;
+  showFrame(m_scrubbing ? m_history.at(index) : m_lastFrame);
+  updateScrubber();
+}
+
+void MainWindow::updateScrubber() {
+  const int last = std::max(0, m_history.size() - 1);
+  // While live the slider follows the newest frame; while scrubbing it stays on the frame shown.
+  int index = last;
+  if (m_scrubbing) {
+    index = -1;
+    for (int i = 0; i < m_history.size(); ++i)
+      if (m_history.at(i).kv == m_shownFrame.kv) index = i;
+    if (index < 0) {  // it left the ring (or the history restarted): live again
+      m_scrubbing = false;
+      showFrame(m_lastFrame);
+      index = last;
+    }
+  }
+  {
+    const QSignalBlocker block(m_scrubber);
+    m_scrubber->setRange(0, last);
+    m_scrubber->setValue(index);
+  }
+  m_scrubber->setEnabled(m_history.size() > 1);
+  m_liveButton->setEnabled(m_scrubbing);
+  if (m_scrubbing && m_shownFrame.kv) {
+    m_scrubLabel->setText(tr("step %1 of %2 (%3 tokens)")
+                              .arg(m_shownFrame.kv->step)
+                              .arg(m_lastFrame.kv ? m_lastFrame.kv->step : 0)
+                              .arg(m_shownFrame.kv->n_tokens));
+    m_timeline->setMarker(m_shownFrame.kv->step);
+  } else {
+    m_scrubLabel->setText(tr("live · %1 stops").arg(m_history.size()));
+    m_timeline->setMarker(-1);
+  }
+}
+
+void MainWindow::onFrame(const InspectorFrame& frame) {
+  m_lastFrame = frame;
+  if (frame.trace) m_lastTrace = frame.trace;
+  m_history.add(frame);
+  if (!m_scrubbing) showFrame(frame);
   m_timeline->setTrace(frame.trace, frame.kv->step, frame.state.kv_entries);
+  updateScrubber();
 
   const auto& st = frame.state;
   const int64_t perToken = m_model.info.kv_bytes_per_token;
@@ -993,7 +1060,7 @@ void MainWindow::onHeadSelected(int layer, int head) {
   m_strip->setHead(layer, head);
   m_overlay->setHead(layer, head);
   const int kept = m_strip->keptCount();
-  const int64_t n = m_lastFrame.kv ? m_lastFrame.kv->n_tokens : 0;
+  const int64_t n = m_shownFrame.kv ? m_shownFrame.kv->n_tokens : 0;
   if (m_allHeads->isChecked()) {
     m_headLabel->setText(tr("<b>All heads</b>: %1 of %2 positions kept by at least one head "
                             "(brighter: kept by more heads; hover for counts)").arg(kept).arg(n));

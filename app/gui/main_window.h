@@ -12,6 +12,7 @@
 
 #include "budget_units.h"
 #include "conversation_view.h"
+#include "frame_history.h"
 #include "session_types.h"
 
 class BudgetControl;
@@ -30,6 +31,7 @@ class QComboBox;
 class QLabel;
 class QMenu;
 class QPushButton;
+class QSlider;
 class QSpinBox;
 class QTimer;
 class SessionWorker;
@@ -74,7 +76,7 @@ class MainWindow : public QMainWindow {
   enum class Figure { HeadGrid, ImageOverlay, Timeline };
   bool exportFigureTo(Figure figure, const QString& path);  // .png or .svg
   bool exportTraceTo(const QString& path);                  // the eviction trace, JSON
-  bool exportHeadCountsTo(const QString& path);             // kept entries per head, CSV
+  bool exportHeadCountsTo(const QString& path);             // kept entries per head (as shown), CSV
   void newConversation();
   void saveConversation(const QString& path);
   void loadConversation(const QString& path);
@@ -92,7 +94,13 @@ class MainWindow : public QMainWindow {
   // For tests and the screenshot mode.
   bool isBusy() const { return m_busy; }
   bool isAnswering() const { return m_answering; }
-  const InspectorFrame& lastFrame() const { return m_lastFrame; }
+  const InspectorFrame& lastFrame() const { return m_lastFrame; }  // the newest (live)
+  const InspectorFrame& shownFrame() const { return m_shownFrame; }  // what the views draw
+  const FrameHistory& history() const { return m_history; }
+  QSlider* scrubber() const { return m_scrubber; }
+  bool isScrubbing() const { return m_scrubbing; }
+  // Shows history frame `index` in the grid, strip and overlay (the last one: live again).
+  void scrubTo(int index);
   const ModelSummary& model() const { return m_model; }
   HeadGrid* headGrid() const { return m_grid; }
   HeadStrip* headStrip() const { return m_strip; }
@@ -165,6 +173,9 @@ class MainWindow : public QMainWindow {
 
   void onModelLoaded(const ModelSummary& model);
   void onFrame(const InspectorFrame& frame);
+  // Draws `frame` in the grid, strip, overlay and head label (not the status bar).
+  void showFrame(const InspectorFrame& frame);
+  void updateScrubber();
   void onTurnFinished(const TurnStats& stats);
   void onTurnFailed(const QString& message);
   void onEvictionApplied(const trimkv::EvictionSettings& settings);
@@ -232,6 +243,12 @@ class MainWindow : public QMainWindow {
   bool m_userChosePolicy = false;  // else a loaded model gets defaultEviction()
   trimkv::EvictionSettings m_eviction;  // in force in the worker
   InspectorFrame m_lastFrame;
+  InspectorFrame m_shownFrame;
+  FrameHistory m_history;
+  QSlider* m_scrubber = nullptr;
+  QLabel* m_scrubLabel = nullptr;
+  QPushButton* m_liveButton = nullptr;
+  bool m_scrubbing = false;  // the views show a past frame; new frames only extend the history
   std::shared_ptr<const trimkv::Trace> m_lastTrace;  // of the latest frame that carried one
   QStringList m_attachments;
   QString m_pendingText;  // the turn in flight, restored into the input if the engine refuses it

@@ -3,6 +3,7 @@
 // model. The tests check the plumbing between the worker and the widgets, counts and timing.
 #include <QCheckBox>
 #include <QSlider>
+#include <QProcess>
 #include <QMenu>
 #include <QSettings>
 #include <QStandardPaths>
@@ -30,6 +31,7 @@
 #include "budget_units.h"
 #include "chat_input.h"
 #include "conversation_file.h"
+#include "frame_history.h"
 #include "recent_models.h"
 #include "policy_options_form.h"
 #include "conversation_view.h"
@@ -785,6 +787,96 @@ class MainWindowTest : public QObject {
     const auto& info = m_window->model().info;
     QCOMPARE(f.trace->budget_global, int64_t{8} * info.n_layer * info.n_kv_head);
     QVERIFY(f.state.eviction_events > 0);
+  }
+
+  void theScrubberShowsAPastStepInTheGridStripAndOverlay() {
+    setBudget(8);
+    newConversation();
+    answer(QStringLiteral("What is in the image?"), {kImage});
+    answer(QStringLiteral("And now?"), {});
+    const FrameHistory& history = m_window->history();
+    QVERIFY2(history.size() >= 3, qPrintable(QString::number(history.size())));
+    for (int i = 1; i < history.size(); ++i) QVERIFY(history.at(i).kv->step > history.at(i - 1).kv->step);
+    QSlider* scrubber = m_window->scrubber();
+    QVERIFY(!m_window->isScrubbing());
+    QCOMPARE(scrubber->maximum(), history.size() - 1);
+    QCOMPARE(scrubber->value(), scrubber->maximum());
+
+    // Back to the first stop where the image is in the cache.
+    int k = -1;
+    for (int i = 0; i + 1 < history.size() && k < 0; ++i)
+      if (!history.at(i).state.images.empty()) k = i;
+    QVERIFY(k >= 0);
+    const InspectorFrame past = history.at(k);
+    QVERIFY(past.kv->step < m_window->lastFrame().kv->step);
+    scrubber->setValue(k);
+    QVERIFY(m_window->isScrubbing());
+    QCOMPARE(m_window->shownFrame().kv, past.kv);
+    HeadGrid* grid = m_window->headGrid();
+    for (int l = 0; l < grid->layerCount(); ++l)
+      for (int h = 0; h < grid->headCount(); ++h) QVERIFY(grid->cellCounts(l, h) == past.kv->head(l, h).counts);
+    const trimkv::HeadSnapshot& head = past.kv->head(grid->selectedLayer(), grid->selectedHead());
+    QCOMPARE(m_window->headStrip()->keptCount(), static_cast<int>(head.entries.size()));
+    int keptPatches = 0;
+    for (const auto& e : head.entries)
+      if (e.modality == trimkv::Modality::Image && e.image_id == past.state.images.back().image_id) ++keptPatches;
+    QCOMPARE(m_window->imageOverlay()->keptPatchCount(), keptPatches);
+    QCOMPARE(m_window->timeline()->marker(), past.kv->step);
+
+    // New frames extend the history but leave the view where the user put it.
+    const int before = history.size();
+    answer(QStringLiteral("More?"), {});
+    QVERIFY(history.size() > before);
+    QVERIFY(m_window->isScrubbing());
+    QCOMPARE(m_window->shownFrame().kv, past.kv);
+
+    // Live again: the newest frame, no marker.
+    m_window->scrubTo(history.size() - 1);
+    QVERIFY(!m_window->isScrubbing());
+    QCOMPARE(m_window->shownFrame().kv, m_window->lastFrame().kv);
+    QCOMPARE(m_window->timeline()->marker(), int64_t{-1});
+    // A new conversation starts a new history.
+    newConversation();
+    QCOMPARE(history.size(), 1);
+  }
+
+  void theGuiAnswersAsChatEngineAndTheCommandLineDo() {
+    // Same image, question and settings: greedy, 12 tokens, the policy in force at 16 per head.
+    setBudget(16);
+    m_window->setSystemPrompt(QString());
+    trimkv::GenerationParams params;
+    params.max_new_tokens = 12;
+    params.stop_at_eos = false;
+    m_window->setGenerationParams(params);
+    newConversation();
+    const QString question = QStringLiteral("What is in the image?");
+    const TurnStats gui = answer(question, {kImage});
+    QCOMPARE(gui.generatedTokens, int64_t{12});
+    trimkv::EvictionSettings eviction;
+    eviction.policy = m_window->lastFrame().state.policy;
+    eviction.budget_per_head = 16;
+    QCOMPARE(m_window->lastFrame().state.budget_global,
+             int64_t{16} * m_window->model().info.n_layer * m_window->model().info.n_kv_head);
+
+    // ChatEngine's one-shot generation (a conversation of its own, through the chat template).
+    auto engine = trimkv::vision::ChatEngine::load(m_window->model().dir.toStdString());
+    const trimkv::GenerationResult direct =
+        engine->generate(question.toStdString(), {kImage.toStdString()}, params, eviction, /*chat_template=*/true);
+    QCOMPARE(gui.text, QString::fromStdString(direct.text));
+
+    // The command line, as a user would run it.
+    QProcess cli;
+    cli.start(QStringLiteral(TRIMKV_CLI_PATH),
+              {"generate", "--model", m_window->model().dir, "--image", kImage, "--prompt", question, "--chat",
+               "--max-new-tokens", "12", "--ignore-eos", "--policy", QString::fromStdString(eviction.policy), "--budget",
+               "16", "--json"});
+    QVERIFY(cli.waitForFinished(kTurnTimeoutMs));
+    QVERIFY2(cli.exitStatus() == QProcess::NormalExit && cli.exitCode() == 0, cli.readAllStandardError().constData());
+    const QList<QByteArray> lines = cli.readAllStandardOutput().trimmed().split('\n');
+    const QJsonObject out = QJsonDocument::fromJson(lines.last()).object();
+    QCOMPARE(out.value("text").toString(), gui.text);
+    QCOMPARE(out.value("generated_tokens").toInt(), 12);
+    QCOMPARE(out.value("policy").toString(), QString::fromStdString(eviction.policy));
   }
 
   void stopEndsGenerationWithin200ms() {
