@@ -6,6 +6,8 @@ int64_t FrameHistory::bytesOf(const InspectorFrame& frame) {
   for (const trimkv::HeadSnapshot& h : frame.kv->heads)
     bytes += static_cast<int64_t>(h.entries.size() * sizeof(trimkv::SnapshotEntry) + h.kept_bits.size() * sizeof(uint64_t) +
                                   sizeof(trimkv::HeadSnapshot));
+  // Its token list too (frames often share one; counting it for each keeps the bound safe).
+  if (frame.tokens) bytes += static_cast<int64_t>(frame.tokens->size() * sizeof(trimkv::vision::StreamToken));
   return bytes;
 }
 

@@ -25,7 +25,7 @@ class FrameHistory {
   const InspectorFrame& at(int i) const { return m_frames[static_cast<size_t>(i)]; }
   const InspectorFrame& back() const { return m_frames.back(); }
   int64_t bytes() const { return m_bytes; }
-  // Snapshot bytes a frame accounts for (its entries and kept-bit words).
+  // Bytes a frame accounts for: its snapshot's entries and kept-bit words, and its token list.
   static int64_t bytesOf(const InspectorFrame& frame);
 
  private:

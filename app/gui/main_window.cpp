@@ -733,8 +733,11 @@ void MainWindow::offerAutosaveRestore() {
   box->setObjectName(QStringLiteral("restoreDialog"));
   box->setAttribute(Qt::WA_DeleteOnClose);
   box->setDefaultButton(QMessageBox::Open);
+  // Until the user decides, turns are not autosaved: the file on offer must not be replaced.
+  Q_EMIT requestAutosaveFile(QString());
   connect(box, &QMessageBox::finished, this, [this](int result) {
     if (result == QMessageBox::Open) loadConversation(m_autosaveFile);
+    Q_EMIT requestAutosaveFile(m_autosaveFile);
   });
   box->open();
 }

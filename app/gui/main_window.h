@@ -70,7 +70,8 @@ class MainWindow : public QMainWindow {
   void setAutosaveFile(const QString& path);
   const QString& autosaveFile() const { return m_autosaveFile; }
   static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
-  // When the autosave file holds a conversation, asks (non-modal) whether to open it.
+  // When the autosave file holds a conversation, asks (non-modal) whether to open it; autosaving
+  // pauses until the answer, so the conversation on offer is not overwritten meanwhile.
   void offerAutosaveRestore();
   // Exports (File > Export). Each reports a problem as an error dialog and returns false.
   enum class Figure { HeadGrid, ImageOverlay, Timeline };

@@ -508,6 +508,10 @@ class MainWindowTest : public QObject {
     QVERIFY(box);
     QTRY_VERIFY(box->isVisible());
     QVERIFY(box->text().contains(QStringLiteral("4 messages")));
+    // While the offer is open a new turn does not replace the file on offer.
+    answer(QStringLiteral("Meanwhile?"), {});
+    QCOMPARE(autosaved.count(), 2);
+    QCOMPARE(static_cast<int>(loadConversationFile(path).size()), 4);
     QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
     box->button(QMessageBox::Open)->click();
     QVERIFY(loaded.wait(kTurnTimeoutMs));
