@@ -54,7 +54,8 @@ class ChatEngine {
 
   // One-shot generation on a fresh conversation: `prompt` with <image> placeholders filled by
   // `images` in order (none: the images go first). chat_template = false: the prompt is used as
-  // is (as the Hugging Face processor does); true: it becomes one user turn of the chat template.
+  // is (as the Hugging Face processor does); true: it becomes one user turn of the chat template
+  // (without the conversation's system prompt: a one-shot prompt carries all it needs).
   GenerationResult generate(const std::string& prompt, const std::vector<std::string>& images,
                             const GenerationParams& params, bool chat_template = false,
                             const TextCallback& on_text = {}, const std::atomic<bool>* cancel = nullptr);
