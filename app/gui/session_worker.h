@@ -61,8 +61,9 @@ class SessionWorker : public QObject {
   // settings. On failure the conversation is restored.
   void resendFrom(int userTurn, const QString& text, const QStringList& images);
   // Re-runs the whole conversation under the current settings: reset, then every user turn sent
-  // again and answered anew. A stop ends the replay at the turn it lands in (later turns are
-  // dropped); an error restores the conversation.
+  // again and answered anew. A stop during an answer ends the replay there (that answer is kept
+  // as far as it got, later turns are dropped); a stop while a question is read in, or an error,
+  // restores the conversation as it was.
   void replayConversation();
   // The system message of the next fresh conversation (ChatEngine::set_system_prompt).
   void setSystemPrompt(const QString& text);
