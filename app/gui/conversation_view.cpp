@@ -1,5 +1,7 @@
 #include "conversation_view.h"
 
+#include <QDesktopServices>
+#include <algorithm>
 #include <QFileInfo>
 #include <QImageReader>
 #include <QScrollBar>
@@ -10,9 +12,12 @@
 #include <QTextDocumentFragment>
 #include <QTextImageFormat>
 #include <QUrl>
+#include <QUrlQuery>
 
 namespace {
 constexpr int kThumbSide = 96;
+const QString kEditScheme = QStringLiteral("edit");
+const QString kImageScheme = QStringLiteral("image");
 
 void insertMarkdown(QTextCursor& c, const QString& markdown) {
 #if QT_VERSION >= QT_VERSION_CHECK(6, 4, 0)
@@ -26,54 +31,128 @@ void insertMarkdown(QTextCursor& c, const QString& markdown) {
 }  // namespace
 
 ConversationView::ConversationView(QWidget* parent) : QTextBrowser(parent) {
-  setOpenExternalLinks(true);
+  // Every link comes to onAnchor: Edit and thumbnails are ours, the rest opens outside.
+  setOpenLinks(false);
+  connect(this, &QTextBrowser::anchorClicked, this, &ConversationView::onAnchor);
   setPlaceholderText(tr("Ask about an image: attach one (Attach image…, drag and drop or paste) and type a question."));
 }
 
+QUrl ConversationView::editLink(int userTurn) {
+  QUrl url;
+  url.setScheme(kEditScheme);
+  url.setPath(QString::number(userTurn));
+  return url;
+}
+
+QUrl ConversationView::imageLink(const QString& path) {
+  QUrl url;
+  url.setScheme(kImageScheme);
+  QUrlQuery q;
+  q.addQueryItem(QStringLiteral("path"), path);
+  url.setQuery(q);
+  return url;
+}
+
+void ConversationView::onAnchor(const QUrl& url) {
+  if (url.scheme() == kEditScheme) {
+    bool ok = false;
+    const int turn = url.path().toInt(&ok);
+    if (ok && m_editing) Q_EMIT editRequested(turn);
+  } else if (url.scheme() == kImageScheme) {
+    Q_EMIT imageClicked(QUrlQuery(url).queryItemValue(QStringLiteral("path"), QUrl::FullyDecoded));
+  } else {
+    QDesktopServices::openUrl(url);
+  }
+}
+
+void ConversationView::addSystemMessage(const QString& text) {
+  if (hasSystemMessage()) m_entries.front().text = text;
+  else m_entries.push_front({Role::System, text, {}, false, {}});
+  render();
+}
+
 void ConversationView::addUserMessage(const QString& text, const QStringList& images) {
-  m_messages.push_back({true, text, images, false, {}});
+  m_entries.push_back({Role::User, text, images, false, {}});
   render();
 }
 
 void ConversationView::beginAnswer() {
-  m_messages.push_back({false, {}, {}, true, {}});
+  m_entries.push_back({Role::Assistant, {}, {}, true, {}});
   render();
 }
 
 void ConversationView::appendToAnswer(const QString& text) {
-  if (m_messages.isEmpty() || !m_messages.back().streaming) return;
-  m_messages.back().text += text;
+  if (m_entries.isEmpty() || !m_entries.back().streaming) return;
+  m_entries.back().text += text;
   render();
 }
 
 void ConversationView::finishAnswer(const QString& note) {
-  if (m_messages.isEmpty() || m_messages.back().user) return;
-  m_messages.back().streaming = false;
-  m_messages.back().note = note;
+  if (m_entries.isEmpty() || m_entries.back().role != Role::Assistant) return;
+  m_entries.back().streaming = false;
+  m_entries.back().note = note;
   render();
 }
 
 void ConversationView::dropLastTurn() {
-  while (!m_messages.isEmpty() && !m_messages.back().user) m_messages.pop_back();
-  if (!m_messages.isEmpty()) m_messages.pop_back();
+  while (!m_entries.isEmpty() && m_entries.back().role == Role::Assistant) m_entries.pop_back();
+  if (!m_entries.isEmpty() && m_entries.back().role == Role::User) m_entries.pop_back();
+  if (m_entries.size() == 1 && hasSystemMessage()) m_entries.clear();
   render();
 }
 
 void ConversationView::dropLastAnswer() {
-  if (!m_messages.isEmpty() && !m_messages.back().user) m_messages.pop_back();
+  if (!m_entries.isEmpty() && m_entries.back().role == Role::Assistant) m_entries.pop_back();
   render();
 }
 
-bool ConversationView::endsWithAnswer() const { return !m_messages.isEmpty() && !m_messages.back().user; }
+void ConversationView::truncateBeforeUserTurn(int userTurn) {
+  int seen = 0;
+  for (int i = 0; i < m_entries.size(); ++i) {
+    if (m_entries[i].role == Role::User && seen++ == userTurn) {
+      m_entries.resize(i);
+      break;
+    }
+  }
+  render();
+}
+
+void ConversationView::setEditingEnabled(bool enabled) {
+  if (m_editing == enabled) return;
+  m_editing = enabled;
+  render();
+}
+
+bool ConversationView::endsWithAnswer() const {
+  return !m_entries.isEmpty() && m_entries.back().role == Role::Assistant;
+}
+
+int ConversationView::messageCount() const { return m_entries.size() - (hasSystemMessage() ? 1 : 0); }
+
+int ConversationView::userMessageCount() const {
+  return static_cast<int>(std::count_if(m_entries.begin(), m_entries.end(), [](const Entry& e) { return e.role == Role::User; }));
+}
 
 void ConversationView::clearConversation() {
-  m_messages.clear();
+  m_entries.clear();
+  render();
+}
+
+void ConversationView::setEntries(const QVector<Entry>& entries) {
+  m_entries = entries;
   render();
 }
 
 QString ConversationView::lastAnswer() const {
-  for (auto it = m_messages.rbegin(); it != m_messages.rend(); ++it)
-    if (!it->user) return it->text;
+  for (auto it = m_entries.rbegin(); it != m_entries.rend(); ++it)
+    if (it->role == Role::Assistant) return it->text;
+  return {};
+}
+
+ConversationView::Entry ConversationView::userMessage(int userTurn) const {
+  int seen = 0;
+  for (const Entry& e : m_entries)
+    if (e.role == Role::User && seen++ == userTurn) return e;
   return {};
 }
 
@@ -89,18 +168,34 @@ void ConversationView::render() {
   doc->clear();
   QTextCursor c(doc);
   const QColor userColor = palette().color(QPalette::Link);
-  for (int i = 0; i < m_messages.size(); ++i) {
-    const Message& m = m_messages[i];
+  const QColor quiet = palette().color(QPalette::PlaceholderText);
+  const bool answering = !m_entries.isEmpty() && m_entries.back().streaming;
+  int userTurn = 0;
+  for (int i = 0; i < m_entries.size(); ++i) {
+    const Entry& m = m_entries[i];
     QTextBlockFormat block;
     block.setTopMargin(i == 0 ? 0 : 12);
     if (i > 0) c.insertBlock(block);
     else c.setBlockFormat(block);
     QTextCharFormat head;
     head.setFontWeight(QFont::Bold);
-    head.setForeground(m.user ? userColor : palette().color(QPalette::Text));
-    c.insertText(m.user ? tr("You") : tr("Assistant"), head);
+    head.setForeground(m.role == Role::User ? userColor : m.role == Role::System ? quiet : palette().color(QPalette::Text));
+    c.insertText(m.role == Role::User ? tr("You") : m.role == Role::System ? tr("System") : tr("Assistant"), head);
+    if (m.role == Role::User) {
+      if (m_editing && !answering) {
+        QTextCharFormat link;
+        link.setAnchor(true);
+        link.setAnchorHref(editLink(userTurn).toString());
+        link.setForeground(userColor);
+        link.setFontUnderline(true);
+        link.setToolTip(tr("Edit this message and send it again: the conversation after it is replaced"));
+        c.insertText(QStringLiteral("   "), QTextCharFormat());
+        c.insertText(tr("Edit"), link);
+      }
+      ++userTurn;
+    }
     for (const QString& path : m.images) {
-      c.insertBlock(QTextBlockFormat());
+      c.insertBlock(QTextBlockFormat(), QTextCharFormat());
       QImageReader reader(path);
       QSize size = reader.size();
       if (!size.isValid()) size = QSize(kThumbSide, kThumbSide);
@@ -109,20 +204,31 @@ void ConversationView::render() {
       img.setName(QUrl::fromLocalFile(path).toString());
       img.setWidth(size.width());
       img.setHeight(size.height());
-      img.setToolTip(path);
+      img.setToolTip(tr("%1\nClick to see it at full size").arg(path));
+      img.setAnchor(true);
+      img.setAnchorHref(imageLink(path).toString());
       c.insertImage(img);
       c.insertText(QStringLiteral("  ") + QFileInfo(path).fileName(), QTextCharFormat());
     }
     c.insertBlock(QTextBlockFormat(), QTextCharFormat());
     QString body = m.text;
     if (m.streaming) body += QStringLiteral(" ▌");
-    // The user's words as typed, not Markdown; placeholders are shown as the images above.
-    if (m.user) c.insertText(QString(body).replace(QStringLiteral("<image>"), tr("[image] ")));
-    else insertMarkdown(c, body.isEmpty() ? QStringLiteral("…") : body);
+    if (m.role == Role::Assistant) {
+      insertMarkdown(c, body.isEmpty() ? QStringLiteral("…") : body);
+    } else {
+      // The user's (and the system's) words as typed, not Markdown; placeholders are shown as
+      // the images above.
+      QTextCharFormat plain;
+      if (m.role == Role::System) {
+        plain.setFontItalic(true);
+        plain.setForeground(quiet);
+      }
+      c.insertText(QString(body).replace(QStringLiteral("<image>"), tr("[image] ")), plain);
+    }
     if (!m.note.isEmpty()) {
       QTextCharFormat noteFormat;
       noteFormat.setFontItalic(true);
-      noteFormat.setForeground(palette().color(QPalette::PlaceholderText));
+      noteFormat.setForeground(quiet);
       c.insertBlock(QTextBlockFormat(), noteFormat);
       c.insertText(QStringLiteral("(%1)").arg(m.note), noteFormat);
     }

@@ -1,6 +1,8 @@
-// The chat transcript as the user sees it: user turns with image thumbnails, assistant answers
-// rendered as Markdown, the answer in flight streamed into the last message. Holds display text
-// only; the conversation itself lives in the worker's engine.
+// The chat transcript as the user sees it: the system message (if any), user turns with image
+// thumbnails, assistant answers rendered as Markdown, the answer in flight streamed into the last
+// message. Holds display text only; the conversation itself lives in the worker's engine.
+// Links in the view: "Edit" under a user message (editRequested with its 0-based number among
+// the user messages) and every thumbnail (imageClicked with the file); other links open outside.
 #pragma once
 #include <QStringList>
 #include <QTextBrowser>
@@ -10,31 +12,56 @@ class ConversationView : public QTextBrowser {
   Q_OBJECT
 
  public:
-  explicit ConversationView(QWidget* parent = nullptr);
-
-  void addUserMessage(const QString& text, const QStringList& images);
-  void beginAnswer();                       // an empty, streaming assistant message
-  void appendToAnswer(const QString& text);  // to the streaming message
-  void finishAnswer(const QString& note);    // note: e.g. "stopped" (empty: none)
-  // Removes the last user message and any answer after it (a turn the engine refused).
-  void dropLastTurn();
-  // Removes the trailing assistant message, if any (its answer is being regenerated).
-  void dropLastAnswer();
-  void clearConversation();
-
-  bool endsWithAnswer() const;
-  int messageCount() const { return m_messages.size(); }
-  QString lastAnswer() const;
-
- private:
-  struct Message {
-    bool user = false;
+  enum class Role { System, User, Assistant };
+  struct Entry {
+    Role role = Role::User;
     QString text;
     QStringList images;
     bool streaming = false;
     QString note;
   };
+
+  explicit ConversationView(QWidget* parent = nullptr);
+
+  void addSystemMessage(const QString& text);
+  void addUserMessage(const QString& text, const QStringList& images);
+  void beginAnswer();                       // an empty, streaming assistant message
+  void appendToAnswer(const QString& text);  // to the streaming message
+  void finishAnswer(const QString& note);    // note: e.g. "stopped" (empty: none)
+  // Removes the last user message and any answer after it (a turn the engine refused), and the
+  // system message when nothing else is left (the engine keeps it only with a user turn).
+  void dropLastTurn();
+  // Removes the trailing assistant message, if any (its answer is being regenerated).
+  void dropLastAnswer();
+  // Keeps only what comes before user message `userTurn` (0-based among user messages).
+  void truncateBeforeUserTurn(int userTurn);
+  void clearConversation();
+  // Whether the Edit links are offered (not while an answer is being generated).
+  void setEditingEnabled(bool enabled);
+
+  bool endsWithAnswer() const;
+  int messageCount() const;  // user and assistant messages (the system message is not counted)
+  int userMessageCount() const;
+  bool hasSystemMessage() const { return !m_entries.isEmpty() && m_entries.front().role == Role::System; }
+  QString lastAnswer() const;
+  // User message `userTurn` (0-based among user messages); a default Entry when there is none.
+  Entry userMessage(int userTurn) const;
+  // Everything shown, to put back after a request that failed.
+  const QVector<Entry>& entries() const { return m_entries; }
+  void setEntries(const QVector<Entry>& entries);
+
+  // The link an Edit action / a thumbnail carries.
+  static QUrl editLink(int userTurn);
+  static QUrl imageLink(const QString& path);
+
+ Q_SIGNALS:
+  void editRequested(int userTurn);
+  void imageClicked(const QString& path);
+
+ private:
+  void onAnchor(const QUrl& url);
   void render();
 
-  QVector<Message> m_messages;
+  QVector<Entry> m_entries;
+  bool m_editing = true;
 };

@@ -5,12 +5,22 @@
 #include <QToolTip>
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "modality_palette.h"
 
 namespace {
 constexpr int kRowH = 14, kRowGap = 3, kMinCellW = 3, kMaxCellW = 12;
+constexpr int kBandH = 5;  // the β / score band at the bottom of a kept cell
+
+// A token's text for a tooltip: visible whitespace, at most a few dozen characters.
+QString shownText(const std::string& text) {
+  QString t = QString::fromStdString(text);
+  t.replace(QLatin1Char('\n'), QStringLiteral("⏎")).replace(QLatin1Char('\t'), QStringLiteral("⇥"));
+  if (t.size() > 40) t = t.left(40) + QStringLiteral("…");
+  return t;
 }
+}  // namespace
 
 HeadStrip::HeadStrip(QWidget* parent) : QWidget(parent) {
   setMouseTracking(true);
@@ -20,7 +30,7 @@ HeadStrip::HeadStrip(QWidget* parent) : QWidget(parent) {
 }
 
 void HeadStrip::setFrame(std::shared_ptr<const trimkv::KvSnapshot> kv,
-                         std::shared_ptr<const std::vector<TokenSlot>> tokens) {
+                         std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> tokens) {
   m_kv = std::move(kv);
   m_tokens = std::move(tokens);
   rebuildIndex();
@@ -42,9 +52,15 @@ void HeadStrip::setAllHeads(bool all) {
   update();
 }
 
+void HeadStrip::setShade(Shade shade) {
+  m_shade = shade;
+  update();
+}
+
 void HeadStrip::rebuildIndex() {
   m_entryOf.clear();
   m_keepers.clear();
+  m_hasScores = false;
   if (!m_kv) return;
   const size_t n = static_cast<size_t>(std::max<int64_t>(m_kv->n_tokens, 0));
   if (m_all) {
@@ -53,19 +69,46 @@ void HeadStrip::rebuildIndex() {
       for (const trimkv::SnapshotEntry& e : hs.entries)
         if (e.token_index >= 0 && static_cast<size_t>(e.token_index) < n) ++m_keepers[static_cast<size_t>(e.token_index)];
   }
-  m_entryOf.assign(static_cast<size_t>(std::max<int64_t>(m_kv->n_tokens, 0)), -1);
+  m_entryOf.assign(n, -1);
   const auto& g = m_kv->geometry;
   if (m_layer >= g.n_layer || m_head >= g.n_kv_head) return;
   const trimkv::HeadSnapshot& hs = m_kv->head(m_layer, m_head);
+  m_scoreMin = std::numeric_limits<float>::max();
+  m_scoreMax = std::numeric_limits<float>::lowest();
   for (size_t i = 0; i < hs.entries.size(); ++i) {
-    const int32_t t = hs.entries[i].token_index;
-    if (t >= 0 && static_cast<size_t>(t) < m_entryOf.size()) m_entryOf[static_cast<size_t>(t)] = static_cast<int32_t>(i);
+    const trimkv::SnapshotEntry& e = hs.entries[i];
+    if (e.token_index >= 0 && static_cast<size_t>(e.token_index) < n) m_entryOf[static_cast<size_t>(e.token_index)] = static_cast<int32_t>(i);
+    if (std::isfinite(e.score)) {
+      m_hasScores = true;
+      m_scoreMin = std::min(m_scoreMin, e.score);
+      m_scoreMax = std::max(m_scoreMax, e.score);
+    }
   }
 }
 
 int HeadStrip::keptCount() const {
   if (m_all) return static_cast<int>(std::count_if(m_keepers.begin(), m_keepers.end(), [](int32_t c) { return c > 0; }));
   return static_cast<int>(std::count_if(m_entryOf.begin(), m_entryOf.end(), [](int32_t i) { return i >= 0; }));
+}
+
+const trimkv::SnapshotEntry* HeadStrip::entryAt(int position) const {
+  if (m_all || position < 0 || static_cast<size_t>(position) >= m_entryOf.size()) return nullptr;
+  const int32_t e = m_entryOf[static_cast<size_t>(position)];
+  return e >= 0 ? &m_kv->head(m_layer, m_head).entries[static_cast<size_t>(e)] : nullptr;
+}
+
+double HeadStrip::shadeOf(int position) const {
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  const trimkv::SnapshotEntry* e = entryAt(position);
+  if (!e) return none;
+  switch (m_shade) {
+    case Shade::None: return none;
+    case Shade::Beta: return std::exp(static_cast<double>(e->log_beta));
+    case Shade::Score:
+      if (!m_hasScores || !std::isfinite(e->score)) return none;
+      return m_scoreMax > m_scoreMin ? (e->score - m_scoreMin) / (m_scoreMax - m_scoreMin) : 1.0;
+  }
+  return none;
 }
 
 int HeadStrip::cellWidth(int width) const {
@@ -88,6 +131,12 @@ void HeadStrip::resizeEvent(QResizeEvent* event) {
   setMinimumHeight(heightForWidth(width()));
 }
 
+QRect HeadStrip::cellRect(int position) const {
+  const int cw = cellWidth(width()), per = perRow(width());
+  const int gap = cw >= 5 ? 1 : 0;
+  return QRect((position % per) * cw, (position / per) * (kRowH + kRowGap), cw - gap, kRowH);
+}
+
 int HeadStrip::positionAt(const QPoint& p) const {
   const int cw = cellWidth(width()), per = perRow(width());
   const int col = p.x() / cw, row = p.y() / (kRowH + kRowGap);
@@ -103,57 +152,62 @@ void HeadStrip::paintEvent(QPaintEvent*) {
     p.drawText(rect(), Qt::AlignLeft | Qt::AlignVCenter, tr("No tokens yet."));
     return;
   }
-  const int cw = cellWidth(width()), per = perRow(width());
-  const int gap = cw >= 5 ? 1 : 0;
   for (size_t t = 0; t < m_entryOf.size(); ++t) {
-    const int row = static_cast<int>(t) / per, col = static_cast<int>(t) % per;
-    const QRect cell(col * cw, row * (kRowH + kRowGap), cw - gap, kRowH);
+    const int pos = static_cast<int>(t);
+    const QRect cell = cellRect(pos);
     QColor c = ModalityPalette::unknown();
-    if (m_tokens && t < m_tokens->size() && (*m_tokens)[t].known) c = ModalityPalette::of((*m_tokens)[t].modality);
+    if (m_tokens && t < m_tokens->size()) c = ModalityPalette::of((*m_tokens)[t].info.modality);
     if (m_all) {
       // Shade by the share of heads that keep the position: faded = none, full colour = all.
       const double share = static_cast<double>(m_keepers[t]) / std::max<size_t>(m_kv->heads.size(), 1);
       QColor shaded = c;
       shaded.setAlpha(static_cast<int>(55 + 200 * share));
       p.fillRect(cell, shaded);
-    } else if (m_entryOf[t] >= 0) {
-      // Kept: its own modality is exact (from the entry).
-      c = ModalityPalette::of(m_kv->head(m_layer, m_head).entries[static_cast<size_t>(m_entryOf[t])].modality);
-      p.fillRect(cell, c);
+    } else if (const trimkv::SnapshotEntry* e = entryAt(pos)) {
+      p.fillRect(cell, ModalityPalette::of(e->modality));  // kept: its own modality, exact
+      const double v = shadeOf(pos);
+      if (!std::isnan(v)) p.fillRect(cell.adjusted(0, kRowH - kBandH, 0, 0), ModalityPalette::ramp(v));
     } else {
       p.fillRect(cell, ModalityPalette::faded(c));
     }
   }
 }
 
+QString HeadStrip::tooltipFor(int position) const {
+  if (position < 0 || static_cast<size_t>(position) >= m_entryOf.size()) return {};
+  QString tip = tr("Position %1").arg(position);
+  if (m_tokens && static_cast<size_t>(position) < m_tokens->size()) {
+    const trimkv::vision::StreamToken& tok = (*m_tokens)[static_cast<size_t>(position)];
+    tip += tok.id >= 0 ? tr(": “%1” (token %2)").arg(shownText(tok.text)).arg(tok.id)
+                       : tr(" (being generated)");
+    const trimkv::TokenInfo& info = tok.info;
+    tip += tr("\n%1, message %2").arg(QString::fromLatin1(trimkv::modality_name(info.modality))).arg(info.turn);
+    if (info.image_id >= 0 && info.modality == trimkv::Modality::Image)
+      tip += tr("\nimage %1, tile %2, patch row %3 col %4").arg(info.image_id).arg(info.tile).arg(info.patch_row).arg(info.patch_col);
+  }
+  if (m_all) {
+    tip += tr("\nkept by %1 of %2 heads").arg(m_keepers[static_cast<size_t>(position)]).arg(m_kv->heads.size());
+  } else if (const trimkv::SnapshotEntry* e = entryAt(position)) {
+    tip += tr("\nkept by layer %1 head %2\nβ = %3 (log β = %4): its retention shrinks by this factor each step")
+               .arg(m_layer)
+               .arg(m_head)
+               .arg(std::exp(static_cast<double>(e->log_beta)), 0, 'f', 4)
+               .arg(e->log_beta, 0, 'f', 4);
+    if (std::isfinite(e->score)) tip += tr("\nscore = %1 (the policy keeps the highest)").arg(e->score, 0, 'g', 4);
+  } else {
+    tip += tr("\nevicted by layer %1 head %2").arg(m_layer).arg(m_head);
+  }
+  return tip;
+}
+
 bool HeadStrip::event(QEvent* event) {
   if (event->type() == QEvent::ToolTip) {
     auto* help = static_cast<QHelpEvent*>(event);
-    const int pos = positionAt(help->pos());
-    if (pos < 0) {
+    const QString tip = tooltipFor(positionAt(help->pos()));
+    if (tip.isEmpty()) {
       QToolTip::hideText();
       event->ignore();
       return true;
-    }
-    const TokenSlot slot = (m_tokens && static_cast<size_t>(pos) < m_tokens->size()) ? (*m_tokens)[static_cast<size_t>(pos)]
-                                                                                  : TokenSlot{};
-    QString tip = tr("Position %1 (token index %1)").arg(pos);
-    if (slot.known) {
-      tip += tr("\n%1, turn %2").arg(QString::fromLatin1(trimkv::modality_name(slot.modality))).arg(slot.turn);
-      if (slot.imageId >= 0)
-        tip += tr("\nimage %1, tile %2, patch row %3 col %4").arg(slot.imageId).arg(slot.tile).arg(slot.patchRow).arg(slot.patchCol);
-    } else {
-      tip += tr("\nmodality unknown (evicted by every head before it was shown)");
-    }
-    const int32_t e = m_entryOf[static_cast<size_t>(pos)];
-    if (m_all) {
-      tip += tr("\nkept by %1 of %2 heads").arg(m_keepers[static_cast<size_t>(pos)]).arg(m_kv->heads.size());
-    } else if (e >= 0) {
-      const trimkv::SnapshotEntry& entry = m_kv->head(m_layer, m_head).entries[static_cast<size_t>(e)];
-      tip += tr("\nkept by layer %1 head %2, log β = %3").arg(m_layer).arg(m_head).arg(entry.log_beta, 0, 'f', 3);
-      if (!std::isnan(entry.score)) tip += tr(", score = %1").arg(entry.score, 0, 'g', 4);
-    } else {
-      tip += tr("\nevicted by layer %1 head %2").arg(m_layer).arg(m_head);
     }
     QToolTip::showText(help->globalPos(), tip, this);
     return true;

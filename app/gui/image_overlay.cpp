@@ -2,6 +2,7 @@
 
 #include <QPainter>
 #include <algorithm>
+#include <cmath>
 
 #include "modality_palette.h"
 
@@ -66,7 +67,11 @@ void ImageOverlay::drawView(QPainter& p, const QRectF& target, bool global) {
   const int nSplit = r.tile_rows * r.tile_cols;
   const QColor edge = ModalityPalette::image();
   const int nHeads = m_kv ? std::max<int>(static_cast<int>(m_kv->heads.size()), 1) : 1;
-  auto drawPatch = [&](const QRectF& cell, int tile, int row, int col) {
+  auto drawPatch = [&](const QRectF& exact, int tile, int row, int col) {
+    // Whole pixels, edge to edge: shared edges round alike, so neighbouring shades neither
+    // overlap (a darker seam) nor leave a gap (a light one) at any widget size.
+    const QRectF cell(QPointF(std::round(exact.left()), std::round(exact.top())),
+                      QPointF(std::round(exact.right()), std::round(exact.bottom())));
     if (m_all) {
       const int c = m_keepers.value(key(tile, row, col), 0);
       p.fillRect(cell, QColor(0, 0, 0, static_cast<int>(170 * (1.0 - static_cast<double>(c) / nHeads))));

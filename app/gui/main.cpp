@@ -58,10 +58,12 @@ int main(int argc, char** argv) {
   }
 
   window.restoreSettings();
+  window.setAutosaveFile(MainWindow::defaultAutosaveFile());
   window.show();
   // The sample conversation, ready to send: its question in the input, its image attached.
   QTemporaryDir samples;
   QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples] {
+    window.offerAutosaveRestore();  // the last conversation, if there is one
     if (!samples.isValid() || !window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
     try {
       const SampleTurn turn = makeSampleTurn(samples.path());

@@ -12,6 +12,10 @@
 #include <QKeySequence>
 #include <QLabel>
 #include <QMenu>
+#include <QMenuBar>
+#include <QDir>
+#include <QProgressBar>
+#include <QStandardPaths>
 #include <QMessageBox>
 #include <QToolButton>
 #include <QWidgetAction>
@@ -32,14 +36,23 @@
 #include "chat_input.h"
 #include "conversation_file.h"
 #include "conversation_view.h"
+#include "budget_control.h"
+#include "figure_export.h"
 #include "generation_settings.h"
+#include "recent_models.h"
+#include "kv_export.h"
+#include "policy_options_form.h"
 #include "head_grid.h"
 #include "head_strip.h"
 #include "image_overlay.h"
+#include "image_viewer.h"
 #include "modality_palette.h"
 #include "session_worker.h"
+#include "system_prompt_panel.h"
+#include "display_message.h"
 #include "timeline_chart.h"
 #include "trimkv/core/default_model.h"
+#include "trimkv/core/error.h"
 
 namespace {
 
@@ -81,6 +94,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_thread.setObjectName(QStringLiteral("SessionWorker"));
   m_thread.start();
 
+  buildMenus();
   buildToolbar();
   buildCentral();
   buildStatusBar();
@@ -96,6 +110,81 @@ MainWindow::~MainWindow() {
   m_thread.wait();
 }
 
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* open = file->addAction(tr("Open &model folder…"));
+  open->setObjectName(QStringLiteral("openModelAction"));
+  open->setToolTip(tr("Open a model folder (a Hugging Face checkpoint of a supported family) (Ctrl+Shift+O)"));
+  open->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
+  connect(open, &QAction::triggered, this, &MainWindow::chooseModelFolder);
+  m_recentMenu = file->addMenu(tr("Open &recent model"));
+  connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
+  fillRecentMenu();
+  file->addSeparator();
+  QAction* fresh = file->addAction(tr("&New conversation"));
+  fresh->setObjectName(QStringLiteral("newConversationAction"));
+  fresh->setShortcut(QKeySequence::New);
+  fresh->setToolTip(tr("Start a new conversation with the same model and settings (Ctrl+N)"));
+  fresh->setIconText(tr("New"));
+  connect(fresh, &QAction::triggered, this, &MainWindow::newConversation);
+  QAction* openChat = file->addAction(tr("&Open conversation…"));
+  openChat->setShortcut(QKeySequence::Open);
+  openChat->setToolTip(tr("Open a saved conversation and replay it under the current settings (Ctrl+O)"));
+  connect(openChat, &QAction::triggered, this, &MainWindow::chooseConversationToOpen);
+  QAction* saveChat = file->addAction(tr("&Save conversation…"));
+  saveChat->setShortcut(QKeySequence::Save);
+  saveChat->setToolTip(tr("Save the conversation as JSON, its images copied beside it (Ctrl+S)"));
+  connect(saveChat, &QAction::triggered, this, &MainWindow::chooseConversationToSave);
+  QMenu* exportMenu = file->addMenu(tr("&Export"));
+  exportMenu->setToolTipsVisible(true);
+  QAction* grid = exportMenu->addAction(tr("Head &grid (PNG or SVG)…"));
+  connect(grid, &QAction::triggered, this, [this] { chooseExport(Figure::HeadGrid); });
+  QAction* overlay = exportMenu->addAction(tr("Image &overlay (PNG or SVG)…"));
+  connect(overlay, &QAction::triggered, this, [this] { chooseExport(Figure::ImageOverlay); });
+  QAction* plot = exportMenu->addAction(tr("&Timeline plot (PNG or SVG)…"));
+  connect(plot, &QAction::triggered, this, [this] { chooseExport(Figure::Timeline); });
+  exportMenu->addSeparator();
+  QAction* trace = exportMenu->addAction(tr("Eviction t&race (JSON)…"));
+  trace->setToolTip(tr("Every compression of the conversation: when, and what each head kept and evicted"));
+  connect(trace, &QAction::triggered, this, [this] { chooseDataExport(true); });
+  QAction* counts = exportMenu->addAction(tr("Per-head &counts (CSV)…"));
+  counts->setToolTip(tr("Entries each (layer, KV head) keeps now, by modality"));
+  connect(counts, &QAction::triggered, this, [this] { chooseDataExport(false); });
+  file->addSeparator();
+  QAction* quit = file->addAction(tr("&Quit"));
+  quit->setShortcut(QKeySequence::Quit);
+  connect(quit, &QAction::triggered, this, &QWidget::close);
+
+  QMenu* chat = menuBar()->addMenu(tr("&Conversation"));
+  m_regenerateAction = chat->addAction(tr("&Regenerate the last answer"));
+  m_regenerateAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  m_regenerateAction->setToolTip(tr("Answer the last question again under the current policy and budget: "
+                                    "the conversation is replayed with them (Ctrl+R)"));
+  m_regenerateAction->setIconText(tr("Regenerate"));
+  connect(m_regenerateAction, &QAction::triggered, this, &MainWindow::regenerate);
+  m_replayAction = chat->addAction(tr("Re&play under the current settings"));
+  m_replayAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R));
+  m_replayAction->setToolTip(tr("Run the whole conversation again under the current policy, budget and "
+                                "sampling: every question is sent again and answered anew (Ctrl+Shift+R)"));
+  m_replayAction->setIconText(tr("Replay"));
+  connect(m_replayAction, &QAction::triggered, this, &MainWindow::replayConversation);
+}
+
+void MainWindow::fillRecentMenu() {
+  m_recentMenu->clear();
+  const QStringList dirs = RecentModels::load();
+  for (const QString& dir : dirs) {
+    QAction* a = m_recentMenu->addAction(QDir::toNativeSeparators(dir));
+    a->setToolTip(dir);
+    connect(a, &QAction::triggered, this, [this, dir] { openModel(dir); });
+  }
+  if (dirs.isEmpty()) m_recentMenu->addAction(tr("(none yet)"))->setEnabled(false);
+  m_recentMenu->addSeparator();
+  QAction* clear = m_recentMenu->addAction(tr("Clear the list"));
+  clear->setEnabled(!dirs.isEmpty());
+  connect(clear, &QAction::triggered, this, [] { RecentModels::clear(); });
+}
+
 void MainWindow::buildToolbar() {
   QToolBar* bar = addToolBar(tr("Model and policy"));
   bar->setObjectName(QStringLiteral("mainToolbar"));
@@ -104,47 +193,42 @@ void MainWindow::buildToolbar() {
   m_modelLabel = new QLabel(tr("Model: (none)"), this);
   m_modelLabel->setTextInteractionFlags(Qt::TextSelectableByMouse);
   bar->addWidget(m_modelLabel);
-  QAction* open = bar->addAction(tr("Open folder…"));
-  open->setToolTip(tr("Open a model folder (a Hugging Face checkpoint of a supported family) (Ctrl+Shift+O)"));
-  open->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
-  connect(open, &QAction::triggered, this, &MainWindow::chooseModelFolder);
-  m_regenerateAction = bar->addAction(tr("Regenerate"));
-  m_regenerateAction->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
-  m_regenerateAction->setToolTip(tr("Answer the last question again under the current policy and budget: "
-                                    "the conversation is replayed with them (Ctrl+R)"));
-  connect(m_regenerateAction, &QAction::triggered, this, &MainWindow::regenerate);
-  QAction* openChat = bar->addAction(tr("Open chat…"));
-  openChat->setShortcut(QKeySequence::Open);
-  openChat->setToolTip(tr("Open a saved conversation and replay it under the current settings (Ctrl+O)"));
-  connect(openChat, &QAction::triggered, this, &MainWindow::chooseConversationToOpen);
-  QAction* saveChat = bar->addAction(tr("Save chat…"));
-  saveChat->setShortcut(QKeySequence::Save);
-  saveChat->setToolTip(tr("Save the conversation as JSON, its images copied beside it (Ctrl+S)"));
-  connect(saveChat, &QAction::triggered, this, &MainWindow::chooseConversationToSave);
-  QAction* fresh = bar->addAction(tr("New conversation"));
-  fresh->setShortcut(QKeySequence::New);
-  fresh->setToolTip(tr("Start a new conversation with the same model and settings (Ctrl+N)"));
-  connect(fresh, &QAction::triggered, this, &MainWindow::newConversation);
-  bar->addSeparator();
+  QAction* open = findChild<QAction*>(QStringLiteral("openModelAction"));
+  auto* openButton = new QToolButton(this);
+  openButton->setDefaultAction(open);
+  openButton->setText(tr("Open…"));
+  bar->addWidget(openButton);
+  bar->addAction(findChild<QAction*>(QStringLiteral("newConversationAction")));
+  bar->addAction(m_regenerateAction);
 
+  // Second row: how the cache is kept, and sampling.
+  addToolBarBreak();
+  bar = addToolBar(tr("Policy and budget"));
+  bar->setObjectName(QStringLiteral("policyToolbar"));
+  bar->setMovable(false);
   bar->addWidget(new QLabel(tr(" Policy: "), this));
   m_policy = new QComboBox(this);
   m_policy->setToolTip(tr("Which KV entries to keep when the cache exceeds the budget. "
-                          "A change applies from the next forward of the model."));
+                          "A change applies from the next turn; Replay runs the conversation again under it."));
   m_policy->setMinimumContentsLength(12);
   bar->addWidget(m_policy);
+  m_optionsButton = new QToolButton(this);
+  m_optionsButton->setText(tr("Options"));
+  m_optionsButton->setToolTip(tr("The options of the chosen policy (lookahead, floor, window, …)"));
+  m_optionsButton->setPopupMode(QToolButton::InstantPopup);
+  auto* optionsMenu = new QMenu(m_optionsButton);
+  auto* optionsAction = new QWidgetAction(optionsMenu);
+  m_policyOptions = new PolicyOptionsForm(optionsMenu);
+  optionsAction->setDefaultWidget(m_policyOptions);
+  optionsMenu->addAction(optionsAction);
+  m_optionsButton->setMenu(optionsMenu);
+  bar->addWidget(m_optionsButton);
   bar->addWidget(new QLabel(tr("  Budget: "), this));
-  m_budget = new QSpinBox(this);
-  m_budget->setRange(1, 1'000'000);
-  m_budget->setValue(kDefaultBudget);
-  m_budget->setSuffix(tr(" entries/head"));
-  m_budget->setToolTip(tr("Entries kept per layer and KV head (an entry is one token's K and V in "
-                          "one head). The cache compresses when it exceeds the budget plus a small "
-                          "slack, so a head may briefly hold a few more."));
+  m_budget = new BudgetControl(this);
+  m_budget->setEntriesPerHead(kDefaultBudget);
   bar->addWidget(m_budget);
-  m_budgetHint = new QLabel(this);
-  bar->addWidget(m_budgetHint);
-
+  bar->addSeparator();
+  bar->addAction(m_replayAction);
   bar->addSeparator();
   auto* genButton = new QToolButton(this);
   genButton->setText(tr("Generation"));
@@ -165,10 +249,12 @@ void MainWindow::buildToolbar() {
   connect(m_evictionDebounce, &QTimer::timeout, this, &MainWindow::applyEvictionFromControls);
   connect(m_policy, qOverload<int>(&QComboBox::activated), this, [this](int) {
     m_userChosePolicy = true;
+    showPolicyOptions(m_policy->currentData().toString().toStdString(), {});
     applyEvictionFromControls();
   });
-  connect(m_budget, qOverload<int>(&QSpinBox::valueChanged), this, [this](int) {
-    updateBudgetHint();
+  connect(m_budget, &BudgetControl::budgetEdited, this, &MainWindow::scheduleEvictionChange);
+  connect(m_policyOptions, &PolicyOptionsForm::optionsEdited, this, [this] {
+    m_userChosePolicy = true;
     scheduleEvictionChange();
   });
 }
@@ -181,8 +267,27 @@ void MainWindow::buildCentral() {
   auto* left = new QWidget(split);
   auto* leftLayout = new QVBoxLayout(left);
   leftLayout->setContentsMargins(6, 6, 6, 6);
+  m_systemPanel = new SystemPromptPanel(left);
+  connect(m_systemPanel, &SystemPromptPanel::textEdited, this, [this] {
+    syncSystemPrompt();
+    updateButtons();
+  });
+  leftLayout->addWidget(m_systemPanel);
   m_conversation = new ConversationView(left);
+  connect(m_conversation, &ConversationView::editRequested, this, &MainWindow::editUserTurn);
+  connect(m_conversation, &ConversationView::imageClicked, this, &MainWindow::showImage);
   leftLayout->addWidget(m_conversation, 1);
+  m_editRow = new QWidget(left);
+  auto* editLayout = new QHBoxLayout(m_editRow);
+  editLayout->setContentsMargins(0, 0, 0, 0);
+  m_editBanner = new QLabel(m_editRow);
+  m_editBanner->setWordWrap(true);
+  m_cancelEdit = new QPushButton(tr("Cancel edit"), m_editRow);
+  connect(m_cancelEdit, &QPushButton::clicked, this, &MainWindow::cancelEdit);
+  editLayout->addWidget(m_editBanner, 1);
+  editLayout->addWidget(m_cancelEdit);
+  m_editRow->setVisible(false);
+  leftLayout->addWidget(m_editRow);
   auto* attachRow = new QHBoxLayout;
   m_attachLabel = new QLabel(left);
   m_attachLabel->setWordWrap(true);
@@ -227,6 +332,25 @@ void MainWindow::buildCentral() {
   auto* gridBox = new QWidget(right);
   auto* gridLayout = new QVBoxLayout(gridBox);
   gridLayout->setContentsMargins(6, 6, 6, 0);
+  auto* scrubRow = new QHBoxLayout;
+  auto* scrubTitle = new QLabel(tr("History:"), gridBox);
+  m_scrubber = new QSlider(Qt::Horizontal, gridBox);
+  m_scrubber->setRange(0, 0);
+  m_scrubber->setToolTip(tr("Go back to an earlier step of the conversation (one stop per eviction event and per "
+                            "answer, the last %1 kept): the grid, the head strip and the image show the cache as it "
+                            "was then").arg(FrameHistory::kMaxFrames));
+  m_scrubLabel = new QLabel(tr("live"), gridBox);
+  m_scrubLabel->setMinimumWidth(150);
+  m_liveButton = new QPushButton(tr("Live"), gridBox);
+  m_liveButton->setToolTip(tr("Back to the cache as it is now"));
+  m_liveButton->setEnabled(false);
+  connect(m_scrubber, &QSlider::valueChanged, this, &MainWindow::scrubTo);
+  connect(m_liveButton, &QPushButton::clicked, this, [this] { scrubTo(m_history.size() - 1); });
+  scrubRow->addWidget(scrubTitle);
+  scrubRow->addWidget(m_scrubber, 1);
+  scrubRow->addWidget(m_scrubLabel);
+  scrubRow->addWidget(m_liveButton);
+  gridLayout->addLayout(scrubRow);
   auto* gridTitle = new QLabel(tr("<b>KV entries kept per layer and KV head</b> &nbsp; ") + legendHtml(), gridBox);
   gridLayout->addWidget(gridTitle);
   m_grid = new HeadGrid(gridBox);
@@ -245,7 +369,18 @@ void MainWindow::buildCentral() {
     m_overlay->setAllHeads(all);
     onHeadSelected(m_grid->selectedLayer(), m_grid->selectedHead());
   });
+  m_shade = new QComboBox(stripBox);
+  m_shade->addItem(tr("band: β"), static_cast<int>(HeadStrip::Shade::Beta));
+  m_shade->addItem(tr("band: score"), static_cast<int>(HeadStrip::Shade::Score));
+  m_shade->addItem(tr("band: none"), static_cast<int>(HeadStrip::Shade::None));
+  m_shade->setToolTip(tr("The band under each kept position, dark violet (low) to yellow (high): β, the "
+                         "retention gate's per-step keep factor (1 = never forgotten), or the policy's score "
+                         "scaled over this head's kept entries"));
+  connect(m_shade, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int) {
+    m_strip->setShade(static_cast<HeadStrip::Shade>(m_shade->currentData().toInt()));
+  });
   headRow->addWidget(m_headLabel, 1);
+  headRow->addWidget(m_shade);
   headRow->addWidget(m_allHeads);
   stripLayout->addLayout(headRow);
   auto* stripScroll = new QScrollArea(stripBox);
@@ -286,6 +421,15 @@ void MainWindow::buildStatusBar() {
   statusBar()->addWidget(m_statusTokens);
   statusBar()->addWidget(m_statusSpeed);
   statusBar()->addWidget(m_statusKv);
+  auto* bar = new QProgressBar(this);
+  bar->setRange(0, 0);  // busy: loading has no measurable progress
+  bar->setMaximumWidth(120);
+  bar->setMaximumHeight(14);
+  bar->setTextVisible(false);
+  bar->setToolTip(tr("Loading the model (weights, tokenizer, vision tower) on the worker thread"));
+  bar->setVisible(false);
+  m_loadBar = bar;
+  statusBar()->addPermanentWidget(m_loadBar);
   statusBar()->addPermanentWidget(m_statusPhase);
 }
 
@@ -302,17 +446,31 @@ void MainWindow::connectWorker() {
   }, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::conversationLoaded, this, &MainWindow::onConversationLoaded, Qt::QueuedConnection);
   connect(this, &MainWindow::requestRegenerate, m_worker, &SessionWorker::regenerate, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestResend, m_worker, &SessionWorker::resendFrom, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestReplay, m_worker, &SessionWorker::replayConversation, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestSystemPrompt, m_worker, &SessionWorker::setSystemPrompt, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::replayStarted, this, &MainWindow::onReplayStarted, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::userTurnStarted, this, &MainWindow::onUserTurnStarted, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::answerReplayed, this, &MainWindow::onAnswerReplayed, Qt::QueuedConnection);
   connect(this, &MainWindow::requestEviction, m_worker, &SessionWorker::setEviction, Qt::QueuedConnection);
   connect(this, &MainWindow::requestGenerationParams, m_worker, &SessionWorker::setGenerationParams,
           Qt::QueuedConnection);
   // Results: values, queued onto the GUI thread.
   connect(m_worker, &SessionWorker::busyChanged, this, [this](bool busy) {
     m_busy = busy;
+    if (!busy && m_loadBar->isVisible()) {
+      m_loadBar->setVisible(false);
+      if (m_statusPhase->text().startsWith(tr("loading"))) m_statusPhase->setText(m_hasModel ? tr("ready") : tr("no model"));
+    }
     updateButtons();
   }, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::modelLoading, this, [this](const QString& dir) {
     m_statusPhase->setText(tr("loading %1…").arg(QFileInfo(dir).fileName()));
+    m_loadBar->setVisible(true);
+    Q_EMIT modelLoadStarted(dir);
   }, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestAutosaveFile, m_worker, &SessionWorker::setAutosaveFile, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::autosaved, this, &MainWindow::autosaved, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::textChunk, this, [this](const QString& chunk) {
     m_conversation->appendToAnswer(chunk);
@@ -321,8 +479,10 @@ void MainWindow::connectWorker() {
   connect(m_worker, &SessionWorker::turnFinished, this, &MainWindow::onTurnFinished, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::turnFailed, this, &MainWindow::onTurnFailed, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::evictionApplied, this, &MainWindow::onEvictionApplied, Qt::QueuedConnection);
-  connect(m_worker, &SessionWorker::conversationReset, this, [this] { m_conversation->clearConversation(); },
-          Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::conversationReset, this, [this] {
+    m_conversation->clearConversation();
+    updateButtons();
+  }, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::errorOccurred, this, &MainWindow::showError, Qt::QueuedConnection);
 }
 
@@ -335,6 +495,9 @@ const QString kMainSplitKey = QStringLiteral("window/mainSplitter");
 const QString kInspectorSplitKey = QStringLiteral("window/inspectorSplitter");
 const QString kPolicyKey = QStringLiteral("eviction/policy");
 const QString kBudgetKey = QStringLiteral("eviction/budgetPerHead");
+const QString kSystemPromptKey = QStringLiteral("chat/systemPrompt");
+const QString kBudgetUnitKey = QStringLiteral("eviction/budgetUnit");
+const QString kPolicyOptionsKey = QStringLiteral("eviction/options");
 }  // namespace
 
 void MainWindow::restoreSettings() {
@@ -345,17 +508,19 @@ void MainWindow::restoreSettings() {
   if (auto* split = findChild<QSplitter*>(QStringLiteral("mainSplitter"))) split->restoreState(s.value(kMainSplitKey).toByteArray());
   if (auto* split = findChild<QSplitter*>(QStringLiteral("inspectorSplitter")))
     split->restoreState(s.value(kInspectorSplitKey).toByteArray());
+  m_systemPanel->setText(s.value(kSystemPromptKey).toString());
+  syncSystemPrompt();
   m_budgetFromSettings = s.contains(kBudgetKey);
   const int budget = s.value(kBudgetKey, kDefaultBudget).toInt();
-  m_budget->blockSignals(true);
-  m_budget->setValue(budget);
-  m_budget->blockSignals(false);
+  m_budget->setEntriesPerHead(budget);
+  m_budgetUnit = static_cast<BudgetUnit>(s.value(kBudgetUnitKey, 0).toInt());
   const QString policy = s.value(kPolicyKey).toString();
   if (!policy.isEmpty()) {
     // The worker keeps it until a model loads and applies it then (an error names the problem).
     m_userChosePolicy = true;
     trimkv::EvictionSettings e;
     e.policy = policy.toStdString();
+    for (const QString& item : s.value(kPolicyOptionsKey).toStringList()) e.options.push_back(item.toStdString());
     if (policy != QLatin1String("full")) e.budget_per_head = budget;
     Q_EMIT requestEviction(e);
   }
@@ -368,8 +533,15 @@ void MainWindow::saveSettings() const {
   if (auto* split = findChild<QSplitter*>(QStringLiteral("mainSplitter"))) s.setValue(kMainSplitKey, split->saveState());
   if (auto* split = findChild<QSplitter*>(QStringLiteral("inspectorSplitter")))
     s.setValue(kInspectorSplitKey, split->saveState());
-  s.setValue(kBudgetKey, m_budget->value());
-  if (m_userChosePolicy) s.setValue(kPolicyKey, QString::fromStdString(m_eviction.policy));
+  s.setValue(kBudgetKey, static_cast<qlonglong>(m_budget->entriesPerHead()));
+  s.setValue(kBudgetUnitKey, static_cast<int>(m_budget->unit()));
+  s.setValue(kSystemPromptKey, m_systemPanel->text());
+  if (m_userChosePolicy) {
+    s.setValue(kPolicyKey, QString::fromStdString(m_eviction.policy));
+    QStringList options;
+    for (const std::string& item : m_eviction.options) options << QString::fromStdString(item);
+    s.setValue(kPolicyOptionsKey, options);
+  }
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
@@ -383,9 +555,12 @@ void MainWindow::openModel(const QString& dir) { Q_EMIT requestLoad(dir); }
 
 void MainWindow::sendTurn(const QString& text, const QStringList& images) {
   if (m_answering) return;  // one turn at a time; the input keeps the text
+  syncSystemPrompt();
   m_answering = true;
   m_pendingText = text;
   m_pendingImages = images;
+  // A fresh conversation starts with the system prompt the worker has (it adds it to the turn).
+  if (m_conversation->messageCount() == 0 && !m_systemSent.isEmpty()) m_conversation->addSystemMessage(m_systemSent);
   m_conversation->addUserMessage(text, images);
   m_conversation->beginAnswer();
   m_statusPhase->setText(images.isEmpty() ? tr("prefill…") : tr("encoding images and prefill…"));
@@ -395,6 +570,7 @@ void MainWindow::sendTurn(const QString& text, const QStringList& images) {
 
 void MainWindow::regenerate() {
   if (m_answering || !m_hasModel || m_conversation->messageCount() == 0) return;
+  cancelEdit();
   m_answering = true;
   m_regenerating = true;
   m_previousAnswer = m_conversation->endsWithAnswer() ? m_conversation->lastAnswer() : QString();
@@ -405,13 +581,99 @@ void MainWindow::regenerate() {
   Q_EMIT requestRegenerate();
 }
 
+void MainWindow::editUserTurn(int userTurn) {
+  if (m_answering || userTurn < 0 || userTurn >= m_conversation->userMessageCount()) return;
+  const ConversationView::Entry e = m_conversation->userMessage(userTurn);
+  m_editTurn = userTurn;
+  m_input->setPlainText(e.text);
+  clearAttachments();
+  addAttachments(e.images);
+  m_input->setFocus();
+  updateEditBanner();
+}
+
+void MainWindow::cancelEdit() {
+  if (m_editTurn < 0) return;
+  m_editTurn = -1;
+  updateEditBanner();
+}
+
+void MainWindow::updateEditBanner() {
+  m_editRow->setVisible(m_editTurn >= 0);
+  if (m_editTurn >= 0)
+    m_editBanner->setText(tr("<b>Editing message %1.</b> Send replaces it and everything after it; the "
+                             "earlier turns are kept.").arg(m_editTurn + 1));
+  m_send->setText(m_editTurn >= 0 ? tr("Resend") : tr("Send"));
+}
+
+void MainWindow::resendUserTurn(int userTurn, const QString& text, const QStringList& images) {
+  if (m_answering || !m_hasModel || userTurn < 0 || userTurn >= m_conversation->userMessageCount()) return;
+  if (text.isEmpty() && images.isEmpty()) return;
+  m_editTurn = -1;
+  updateEditBanner();
+  m_answering = true;
+  m_rebuilding = true;
+  m_viewBefore = m_conversation->entries();
+  m_pendingText = text;
+  m_pendingImages = images;
+  m_conversation->truncateBeforeUserTurn(userTurn);
+  m_conversation->addUserMessage(text, images);
+  m_conversation->beginAnswer();
+  m_statusPhase->setText(tr("replaying the earlier turns…"));
+  updateButtons();
+  Q_EMIT requestResend(userTurn, text, images);
+}
+
+void MainWindow::replayConversation() {
+  if (m_answering || !m_hasModel || m_conversation->userMessageCount() == 0) return;
+  cancelEdit();
+  m_answering = true;
+  m_rebuilding = true;
+  m_viewBefore = m_conversation->entries();
+  m_statusPhase->setText(tr("replaying the conversation under %1…").arg(QString::fromStdString(m_eviction.policy)));
+  updateButtons();
+  Q_EMIT requestReplay();
+}
+
+void MainWindow::onReplayStarted(const QString& systemText) {
+  m_conversation->clearConversation();
+  if (!systemText.isEmpty()) m_conversation->addSystemMessage(systemText);
+}
+
+void MainWindow::onUserTurnStarted(const QString& text, const QStringList& images) {
+  m_conversation->addUserMessage(text, images);
+  m_conversation->beginAnswer();
+}
+
+void MainWindow::onAnswerReplayed(const TurnStats& stats) { m_conversation->finishAnswer(showTurnStats(stats)); }
+
+void MainWindow::showImage(const QString& path) {
+  auto* viewer = new ImageViewer(path, this);
+  viewer->show();
+}
+
+void MainWindow::setSystemPrompt(const QString& text) {
+  m_systemPanel->setText(text);
+  syncSystemPrompt();
+  updateButtons();
+}
+
+void MainWindow::syncSystemPrompt() {
+  const QString text = m_systemPanel->text();
+  if (text == m_systemSent) return;
+  m_systemSent = text;
+  Q_EMIT requestSystemPrompt(text);
+}
+
 void MainWindow::sendFromInput() {
   const QString text = m_input->toPlainText().trimmed();
   if (m_answering || (text.isEmpty() && m_attachments.isEmpty())) return;
   const QStringList images = m_attachments;
+  const int edited = m_editTurn;
   m_input->clear();
   clearAttachments();
-  sendTurn(text, images);
+  if (edited >= 0) resendUserTurn(edited, text, images);
+  else sendTurn(text, images);
 }
 
 void MainWindow::stopGeneration() {
@@ -420,6 +682,8 @@ void MainWindow::stopGeneration() {
 
 void MainWindow::newConversation() {
   stopGeneration();
+  cancelEdit();
+  syncSystemPrompt();
   Q_EMIT requestReset();
 }
 
@@ -441,20 +705,117 @@ void MainWindow::chooseConversationToOpen() {
   if (!path.isEmpty()) loadConversation(path);
 }
 
+QString MainWindow::defaultAutosaveFile() {
+  return QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation))
+      .filePath(QStringLiteral("autosave/conversation.json"));
+}
+
+void MainWindow::setAutosaveFile(const QString& path) {
+  m_autosaveFile = path;
+  Q_EMIT requestAutosaveFile(path);
+}
+
+void MainWindow::offerAutosaveRestore() {
+  if (m_autosaveFile.isEmpty() || !QFileInfo::exists(m_autosaveFile)) return;
+  int messages = 0;
+  try {
+    messages = static_cast<int>(loadConversationFile(m_autosaveFile).size());
+  } catch (const std::exception&) {
+    return;  // not a conversation (any more): nothing to offer
+  }
+  if (messages == 0) return;
+  auto* box = new QMessageBox(QMessageBox::Question, tr("Restore the last conversation?"),
+                              tr("The last conversation (%1 messages, autosaved %2) can be opened again. "
+                                 "Open it? It is replayed under the current settings.")
+                                  .arg(messages)
+                                  .arg(QLocale().toString(QFileInfo(m_autosaveFile).lastModified(), QLocale::ShortFormat)),
+                              QMessageBox::Open | QMessageBox::Discard, this);
+  box->setObjectName(QStringLiteral("restoreDialog"));
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->setDefaultButton(QMessageBox::Open);
+  // Until the user decides, turns are not autosaved: the file on offer must not be replaced.
+  Q_EMIT requestAutosaveFile(QString());
+  connect(box, &QMessageBox::finished, this, [this](int result) {
+    if (result == QMessageBox::Open) loadConversation(m_autosaveFile);
+    Q_EMIT requestAutosaveFile(m_autosaveFile);
+  });
+  box->open();
+}
+
+bool MainWindow::tryExport(const QString& title, const std::function<void()>& write) {
+  try {
+    write();
+  } catch (const std::exception& e) {
+    showError(title, QString::fromStdString(e.what()));
+    return false;
+  }
+  return true;
+}
+
+bool MainWindow::exportFigureTo(Figure figure, const QString& path) {
+  QWidget* widget = figure == Figure::HeadGrid ? static_cast<QWidget*>(m_grid)
+                    : figure == Figure::ImageOverlay ? static_cast<QWidget*>(m_overlay)
+                                                      : static_cast<QWidget*>(m_timeline);
+  const QString title = figure == Figure::HeadGrid ? tr("KV entries kept per layer and KV head")
+                        : figure == Figure::ImageOverlay ? tr("Kept image patches")
+                                                          : tr("KV entries over forward steps");
+  // A figure on a hidden tab has no size yet: show it first.
+  if (figure != Figure::HeadGrid) m_lowerTabs->setCurrentWidget(widget);
+  const bool ok = tryExport(tr("Cannot export the figure"), [&] { exportFigure(widget, path, title); });
+  if (ok) statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+  return ok;
+}
+
+bool MainWindow::exportTraceTo(const QString& path) {
+  const bool ok = tryExport(tr("Cannot export the eviction trace"), [&] {
+    TRIMKV_CHECK(m_lastTrace, Input, "there is no eviction trace yet: send a message first");
+    exportTrace(*m_lastTrace, path);
+  });
+  if (ok) statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+  return ok;
+}
+
+bool MainWindow::exportHeadCountsTo(const QString& path) {
+  const bool ok = tryExport(tr("Cannot export the per-head counts"), [&] {
+    TRIMKV_CHECK(m_shownFrame.kv, Input, "there is no KV cache to count yet: open a model first");
+    exportHeadCounts(*m_shownFrame.kv, path);  // what the grid shows (a past step when scrubbing)
+  });
+  if (ok) statusBar()->showMessage(tr("Exported %1").arg(path), 5000);
+  return ok;
+}
+
+void MainWindow::chooseExport(Figure figure) {
+  const QString name = figure == Figure::HeadGrid ? QStringLiteral("head-grid.svg")
+                       : figure == Figure::ImageOverlay ? QStringLiteral("image-overlay.svg")
+                                                         : QStringLiteral("timeline.svg");
+  const QString path = QFileDialog::getSaveFileName(this, tr("Export the figure"), name,
+                                                    tr("SVG (*.svg);;PNG (*.png)"));
+  if (!path.isEmpty()) exportFigureTo(figure, path);
+}
+
+void MainWindow::chooseDataExport(bool trace) {
+  const QString path =
+      trace ? QFileDialog::getSaveFileName(this, tr("Export the eviction trace"), QStringLiteral("trace.json"),
+                                           tr("JSON (*.json)"))
+            : QFileDialog::getSaveFileName(this, tr("Export the per-head counts"), QStringLiteral("head-counts.csv"),
+                                           tr("CSV (*.csv)"));
+  if (path.isEmpty()) return;
+  if (trace) exportTraceTo(path);
+  else exportHeadCountsTo(path);
+}
+
 void MainWindow::onConversationLoaded(const std::vector<trimkv::Message>& messages) {
+  cancelEdit();
   m_conversation->clearConversation();
   for (const trimkv::Message& m : messages) {
-    QString text;
-    QStringList images;
-    for (const trimkv::ContentPart& p : m.content) {
-      if (p.kind == trimkv::ContentPart::Kind::Text) text += QString::fromStdString(p.text);
-      else images << QString::fromStdString(p.path);
-    }
-    if (m.role == "user") {
-      m_conversation->addUserMessage(text, images);
+    const DisplayMessage d = displayMessage(m);
+    if (d.role == QLatin1String("system")) {
+      m_conversation->addSystemMessage(d.text);
+    } else if (d.role == QLatin1String("user")) {
+      m_conversation->addUserMessage(d.text, d.images);
     } else {
       m_conversation->beginAnswer();
-      m_conversation->appendToAnswer(text);
+      m_conversation->appendToAnswer(d.text);
       m_conversation->finishAnswer(QString());
     }
   }
@@ -500,7 +861,8 @@ void MainWindow::applyEvictionFromControls() {
   trimkv::EvictionSettings s;
   s.policy = m_policy->currentData().toString().toStdString();
   if (s.policy.empty()) return;
-  if (policyUsesBudget(s.policy)) s.budget_per_head = m_budget->value();
+  if (policyUsesBudget(s.policy)) s.budget_per_head = m_budget->entriesPerHead();
+  if (m_policyOptions->policy() == s.policy) s.options = m_policyOptions->options();
   Q_EMIT requestEviction(s);
 }
 
@@ -519,6 +881,7 @@ void MainWindow::showError(const QString& title, const QString& message) {
 void MainWindow::onModelLoaded(const ModelSummary& model) {
   m_model = model;
   m_hasModel = true;
+  if (m_persist) RecentModels::add(model.dir);
   const trimkv::ModelInfo& i = model.info;
   QString builtIn;
   try {
@@ -550,11 +913,8 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
   // Queued before anything a modelLoaded listener sends, so the first turn runs under it. Gates
   // trained for a budget start at that budget (what they were made for).
   if (!m_userChosePolicy) {
-    if (i.gates_train_budget > 0 && !m_budgetFromSettings) {
-      const QSignalBlocker block(m_budget);
-      m_budget->setValue(static_cast<int>(i.gates_train_budget));
-    }
-    Q_EMIT requestEviction(defaultEviction(i, m_budget->value()));
+    if (i.gates_train_budget > 0 && !m_budgetFromSettings) m_budget->setEntriesPerHead(i.gates_train_budget);
+    Q_EMIT requestEviction(defaultEviction(i, m_budget->entriesPerHead()));
   }
   Q_EMIT modelLoaded(model);
 }
@@ -565,25 +925,72 @@ void MainWindow::onEvictionApplied(const trimkv::EvictionSettings& settings) {
   m_policy->blockSignals(true);
   if (idx >= 0) m_policy->setCurrentIndex(idx);
   m_policy->blockSignals(false);
-  if (settings.budget_per_head && !m_evictionDebounce->isActive()) {
-    m_budget->blockSignals(true);
-    m_budget->setValue(static_cast<int>(*settings.budget_per_head));
-    m_budget->blockSignals(false);
+  if (!m_evictionDebounce->isActive()) {
+    if (settings.budget_per_head) m_budget->setEntriesPerHead(*settings.budget_per_head);
+    showPolicyOptions(settings.policy, settings.options);
   }
-  m_budget->setEnabled(policyUsesBudget(settings.policy));
   updateBudgetHint();
   Q_EMIT evictionApplied(settings);
 }
 
-void MainWindow::onFrame(const InspectorFrame& frame) {
-  m_lastFrame = frame;
+void MainWindow::showFrame(const InspectorFrame& frame) {
+  m_shownFrame = frame;
   m_grid->setSnapshot(frame.kv);
   m_strip->setFrame(frame.kv, frame.tokens);
   m_strip->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
   m_overlay->setFrame(frame.state.images, frame.kv);
   m_overlay->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
   onHeadSelected(m_grid->selectedLayer(), m_grid->selectedHead());
+}
+
+void MainWindow::scrubTo(int index) {
+  if (m_history.empty()) return;
+  index = std::clamp(index, 0, m_history.size() - 1);
+  m_scrubbing = index < m_history.size() - 1;
+  showFrame(m_scrubbing ? m_history.at(index) : m_lastFrame);
+  updateScrubber();
+}
+
+void MainWindow::updateScrubber() {
+  const int last = std::max(0, m_history.size() - 1);
+  // While live the slider follows the newest frame; while scrubbing it stays on the frame shown.
+  int index = last;
+  if (m_scrubbing) {
+    index = -1;
+    for (int i = 0; i < m_history.size(); ++i)
+      if (m_history.at(i).kv == m_shownFrame.kv) index = i;
+    if (index < 0) {  // it left the ring (or the history restarted): live again
+      m_scrubbing = false;
+      showFrame(m_lastFrame);
+      index = last;
+    }
+  }
+  {
+    const QSignalBlocker block(m_scrubber);
+    m_scrubber->setRange(0, last);
+    m_scrubber->setValue(index);
+  }
+  m_scrubber->setEnabled(m_history.size() > 1);
+  m_liveButton->setEnabled(m_scrubbing);
+  if (m_scrubbing && m_shownFrame.kv) {
+    m_scrubLabel->setText(tr("step %1 of %2 (%3 tokens)")
+                              .arg(m_shownFrame.kv->step)
+                              .arg(m_lastFrame.kv ? m_lastFrame.kv->step : 0)
+                              .arg(m_shownFrame.kv->n_tokens));
+    m_timeline->setMarker(m_shownFrame.kv->step);
+  } else {
+    m_scrubLabel->setText(tr("live · %1 stops").arg(m_history.size()));
+    m_timeline->setMarker(-1);
+  }
+}
+
+void MainWindow::onFrame(const InspectorFrame& frame) {
+  m_lastFrame = frame;
+  if (frame.trace) m_lastTrace = frame.trace;
+  m_history.add(frame);
+  if (!m_scrubbing) showFrame(frame);
   m_timeline->setTrace(frame.trace, frame.kv->step, frame.state.kv_entries);
+  updateScrubber();
 
   const auto& st = frame.state;
   const int64_t perToken = m_model.info.kv_bytes_per_token;
@@ -603,25 +1010,36 @@ void MainWindow::onFrame(const InspectorFrame& frame) {
   Q_EMIT frameShown(frame);
 }
 
-void MainWindow::onTurnFinished(const TurnStats& stats) {
-  m_answering = false;
-  m_regenerating = false;
-  m_conversation->finishAnswer(stats.stopReason == QLatin1String("cancelled") ? tr("stopped")
-                               : stats.stopReason == QLatin1String("max_tokens") ? tr("reached the token limit")
-                               : stats.stopReason == QLatin1String("context_full") ? tr("the context is full")
-                                                                                  : QString());
-  updateButtons();
+QString MainWindow::showTurnStats(const TurnStats& stats) {
   m_statusTokens->setText(tr("prompt %1 · generated %2 tokens").arg(grouped(stats.promptTokens), grouped(stats.generatedTokens)));
   m_statusSpeed->setText(tr("· first token %1 s · %2 tok/s")
                              .arg(stats.timeToFirstTokenMs / 1000.0, 0, 'f', 2)
                              .arg(stats.tokensPerSecond, 0, 'f', 1));
+  return stats.stopReason == QLatin1String("cancelled")      ? tr("stopped")
+         : stats.stopReason == QLatin1String("max_tokens")   ? tr("reached the token limit")
+         : stats.stopReason == QLatin1String("context_full") ? tr("the context is full")
+                                                             : QString();
+}
+
+void MainWindow::onTurnFinished(const TurnStats& stats) {
+  m_answering = false;
+  m_regenerating = false;
+  m_rebuilding = false;
+  m_viewBefore.clear();
+  m_conversation->finishAnswer(showTurnStats(stats));
   updateButtons();
   Q_EMIT answerFinished(stats);
 }
 
 void MainWindow::onTurnFailed(const QString& message) {
   m_answering = false;
-  if (m_regenerating) {
+  if (m_rebuilding) {
+    // The worker restored the conversation as it was: so does the view. An edited message goes
+    // back into the input, to try again.
+    m_rebuilding = false;
+    m_conversation->setEntries(m_viewBefore);
+    m_viewBefore.clear();
+  } else if (m_regenerating) {
     // The worker restored the conversation as it was: so does the view.
     m_regenerating = false;
     m_conversation->dropLastAnswer();
@@ -645,7 +1063,7 @@ void MainWindow::onHeadSelected(int layer, int head) {
   m_strip->setHead(layer, head);
   m_overlay->setHead(layer, head);
   const int kept = m_strip->keptCount();
-  const int64_t n = m_lastFrame.kv ? m_lastFrame.kv->n_tokens : 0;
+  const int64_t n = m_shownFrame.kv ? m_shownFrame.kv->n_tokens : 0;
   if (m_allHeads->isChecked()) {
     m_headLabel->setText(tr("<b>All heads</b>: %1 of %2 positions kept by at least one head "
                             "(brighter: kept by more heads; hover for counts)").arg(kept).arg(n));
@@ -667,18 +1085,34 @@ void MainWindow::updateButtons() {
   m_send->setEnabled(m_hasModel && !m_answering);
   m_stop->setEnabled(m_answering);
   m_regenerateAction->setEnabled(m_hasModel && !m_answering && m_conversation->messageCount() > 0);
+  m_replayAction->setEnabled(m_hasModel && !m_answering && m_conversation->userMessageCount() > 0);
+  m_conversation->setEditingEnabled(m_hasModel && !m_answering);
+  const QString inUse = m_conversation->hasSystemMessage() ? m_conversation->entries().front().text : QString();
+  m_systemPanel->setConversationState(m_conversation->messageCount() > 0, inUse);
 }
 
 void MainWindow::updateBudgetHint() {
-  if (!m_hasModel || !policyUsesBudget(m_eviction.policy)) {
-    m_budgetHint->setText(m_eviction.policy == "full" ? tr("  (full cache: no budget)")
-                                                      : tr("  (this policy takes no budget)"));
-    return;
+  const int64_t maxEntries = std::max<int64_t>(m_model.info.max_position_embeddings, 2);
+  m_budget->setScale(BudgetScale::of(m_model.info, m_lastFrame.kv.get()), maxEntries);
+  if (m_budgetUnit) {  // a unit restored from the settings, once the model makes it usable
+    m_budget->setUnit(*m_budgetUnit);
+    if (m_budget->unit() == *m_budgetUnit) m_budgetUnit.reset();
   }
-  // One entry per head and token: budget × (bytes of one token over all layers and heads).
-  const int64_t bytes = static_cast<int64_t>(m_budget->value()) * m_model.info.kv_bytes_per_token;
-  QString hint = tr("  ≈ %1").arg(bytesText(bytes));
-  const int64_t tokens = m_lastFrame.kv ? m_lastFrame.kv->n_tokens : 0;
-  if (tokens > 0) hint += tr(" · %1% of the context").arg(std::min<int64_t>(999, 100 * m_budget->value() / tokens));
-  m_budgetHint->setText(hint);
+  if (!m_hasModel) m_budget->setInactiveText(QString());
+  else if (m_eviction.policy == "full") m_budget->setInactiveText(tr("(full cache: no budget)"));
+  else if (!policyUsesBudget(m_eviction.policy)) m_budget->setInactiveText(tr("(this policy takes no budget)"));
+  else m_budget->setInactiveText(QString());
+}
+
+void MainWindow::showPolicyOptions(const std::string& policy, const std::vector<std::string>& options) {
+  if (m_policyOptions->policy() != policy) {
+    for (const trimkv::PolicyDescription& d : m_model.policies)
+      if (d.name == policy) m_policyOptions->setPolicy(d);
+  }
+  m_policyOptions->setOptions(options);
+  m_optionsButton->setEnabled(!m_policyOptions->optionNames().isEmpty());
+  m_optionsButton->setToolTip(m_policyOptions->optionNames().isEmpty()
+                                  ? tr("%1 has no options").arg(QString::fromStdString(policy))
+                                  : tr("Options of %1: %2").arg(QString::fromStdString(policy),
+                                                                m_policyOptions->optionNames().join(QStringLiteral(", "))));
 }

@@ -7,10 +7,18 @@
 #include <QStringList>
 #include <QThread>
 
+#include <functional>
+#include <optional>
+
+#include "budget_units.h"
+#include "conversation_view.h"
+#include "frame_history.h"
 #include "session_types.h"
 
+class BudgetControl;
 class ChatInput;
-class ConversationView;
+class PolicyOptionsForm;
+class QToolButton;
 class GenerationSettings;
 class HeadGrid;
 class HeadStrip;
@@ -21,10 +29,13 @@ class QAction;
 class QCheckBox;
 class QComboBox;
 class QLabel;
+class QMenu;
 class QPushButton;
+class QSlider;
 class QSpinBox;
 class QTimer;
 class SessionWorker;
+class SystemPromptPanel;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -41,6 +52,32 @@ class MainWindow : public QMainWindow {
   void sendTurn(const QString& text, const QStringList& images);  // as if typed and sent
   void stopGeneration();
   void regenerate();  // the last answer again, under the current settings
+  // Edit-and-resend: editUserTurn puts user message `userTurn` (0-based among user messages)
+  // into the input (text and images); the next send replaces it and everything after it
+  // (resendUserTurn). cancelEdit leaves the conversation as it is.
+  void editUserTurn(int userTurn);
+  void cancelEdit();
+  int editingTurn() const { return m_editTurn; }
+  void resendUserTurn(int userTurn, const QString& text, const QStringList& images);
+  // Re-runs the whole conversation under the current policy, budget and sampling settings.
+  void replayConversation();
+  // The system prompt of the next fresh conversation (as if typed into its panel).
+  void setSystemPrompt(const QString& text);
+  // Opens a conversation image at full size (what clicking its thumbnail does).
+  void showImage(const QString& path);
+  // Autosave: after every completed turn the conversation is written to `path` ("" = off, the
+  // default; the application sets defaultAutosaveFile()).
+  void setAutosaveFile(const QString& path);
+  const QString& autosaveFile() const { return m_autosaveFile; }
+  static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
+  // When the autosave file holds a conversation, asks (non-modal) whether to open it; autosaving
+  // pauses until the answer, so the conversation on offer is not overwritten meanwhile.
+  void offerAutosaveRestore();
+  // Exports (File > Export). Each reports a problem as an error dialog and returns false.
+  enum class Figure { HeadGrid, ImageOverlay, Timeline };
+  bool exportFigureTo(Figure figure, const QString& path);  // .png or .svg
+  bool exportTraceTo(const QString& path);                  // the eviction trace, JSON
+  bool exportHeadCountsTo(const QString& path);             // kept entries per head (as shown), CSV
   void newConversation();
   void saveConversation(const QString& path);
   void loadConversation(const QString& path);
@@ -58,21 +95,33 @@ class MainWindow : public QMainWindow {
   // For tests and the screenshot mode.
   bool isBusy() const { return m_busy; }
   bool isAnswering() const { return m_answering; }
-  const InspectorFrame& lastFrame() const { return m_lastFrame; }
+  const InspectorFrame& lastFrame() const { return m_lastFrame; }  // the newest (live)
+  const InspectorFrame& shownFrame() const { return m_shownFrame; }  // what the views draw
+  const FrameHistory& history() const { return m_history; }
+  QSlider* scrubber() const { return m_scrubber; }
+  bool isScrubbing() const { return m_scrubbing; }
+  // Shows history frame `index` in the grid, strip and overlay (the last one: live again).
+  void scrubTo(int index);
   const ModelSummary& model() const { return m_model; }
   HeadGrid* headGrid() const { return m_grid; }
   HeadStrip* headStrip() const { return m_strip; }
   QCheckBox* allHeadsToggle() const { return m_allHeads; }
+  QComboBox* shadeCombo() const { return m_shade; }
   ImageOverlay* imageOverlay() const { return m_overlay; }
   TimelineChart* timeline() const { return m_timeline; }
   ConversationView* conversation() const { return m_conversation; }
   ChatInput* input() const { return m_input; }
   QComboBox* policyCombo() const { return m_policy; }
   GenerationSettings* generationSettings() const { return m_generation; }
-  QSpinBox* budgetSpin() const { return m_budget; }
+  SystemPromptPanel* systemPromptPanel() const { return m_systemPanel; }
+  QAction* replayAction() const { return m_replayAction; }
+  BudgetControl* budgetControl() const { return m_budget; }
+  PolicyOptionsForm* policyOptions() const { return m_policyOptions; }
   QPushButton* sendButton() const { return m_send; }
   const QStringList& attachments() const { return m_attachments; }
   QPushButton* stopButton() const { return m_stop; }
+  QWidget* loadIndicator() const { return m_loadBar; }
+  QMenu* recentMenu() const { return m_recentMenu; }
   SessionWorker* worker() const { return m_worker; }
 
  Q_SIGNALS:
@@ -83,6 +132,8 @@ class MainWindow : public QMainWindow {
   void conversationSaved(const QString& path);
   void conversationLoaded(int messages);
   void evictionApplied(const trimkv::EvictionSettings& settings);
+  void modelLoadStarted(const QString& dir);  // the busy indicator is up
+  void autosaved(const QString& path);
   void errorReported(const QString& title, const QString& message);
 
   // To the worker (queued).
@@ -92,6 +143,10 @@ class MainWindow : public QMainWindow {
   void requestSave(const QString& path);
   void requestOpen(const QString& path);
   void requestRegenerate();
+  void requestResend(int userTurn, const QString& text, const QStringList& images);
+  void requestReplay();
+  void requestSystemPrompt(const QString& text);
+  void requestAutosaveFile(const QString& path);
   void requestEviction(const trimkv::EvictionSettings& settings);
   void requestGenerationParams(const trimkv::GenerationParams& params);
 
@@ -100,6 +155,8 @@ class MainWindow : public QMainWindow {
 
  private:
   void saveSettings() const;
+  void buildMenus();
+  void fillRecentMenu();
   void buildToolbar();
   void buildCentral();
   void buildStatusBar();
@@ -112,26 +169,51 @@ class MainWindow : public QMainWindow {
   void updateButtons();
   bool policyUsesBudget(const std::string& policy) const;
   void updateBudgetHint();
+  // The options form for `policy` with `options` shown.
+  void showPolicyOptions(const std::string& policy, const std::vector<std::string>& options);
 
   void onModelLoaded(const ModelSummary& model);
   void onFrame(const InspectorFrame& frame);
+  // Draws `frame` in the grid, strip, overlay and head label (not the status bar).
+  void showFrame(const InspectorFrame& frame);
+  void updateScrubber();
   void onTurnFinished(const TurnStats& stats);
   void onTurnFailed(const QString& message);
   void onEvictionApplied(const trimkv::EvictionSettings& settings);
   void onHeadSelected(int layer, int head);
   void onConversationLoaded(const std::vector<trimkv::Message>& messages);
+  void onReplayStarted(const QString& systemText);
+  void onUserTurnStarted(const QString& text, const QStringList& images);
+  void onAnswerReplayed(const TurnStats& stats);
+  // Sends the panel's system prompt to the worker when it differs from what was sent last.
+  void syncSystemPrompt();
+  // Shows the turn's figures in the status bar; the note for the answer ("stopped"...).
+  QString showTurnStats(const TurnStats& stats);
+  void updateEditBanner();
   void chooseConversationToSave();
   void chooseConversationToOpen();
+  void chooseExport(Figure figure);
+  void chooseDataExport(bool trace);
+  // Runs `write` and reports a failure under `title`; true when it succeeded.
+  bool tryExport(const QString& title, const std::function<void()>& write);
 
   QThread m_thread;
   SessionWorker* m_worker = nullptr;  // lives on m_thread; deleted when it finishes
 
   QLabel* m_modelLabel = nullptr;
   QComboBox* m_policy = nullptr;
-  QSpinBox* m_budget = nullptr;
-  QLabel* m_budgetHint = nullptr;
+  BudgetControl* m_budget = nullptr;
+  std::optional<BudgetUnit> m_budgetUnit;  // restored from the settings, not yet shown
+  PolicyOptionsForm* m_policyOptions = nullptr;
+  QToolButton* m_optionsButton = nullptr;
   QTimer* m_evictionDebounce = nullptr;  // coalesces budget edits into one request
   GenerationSettings* m_generation = nullptr;
+  SystemPromptPanel* m_systemPanel = nullptr;
+  QString m_systemSent;  // the system prompt the worker has
+  QLabel* m_editBanner = nullptr;
+  QPushButton* m_cancelEdit = nullptr;
+  QWidget* m_editRow = nullptr;
+  int m_editTurn = -1;  // the user message being edited (-1: none)
 
   ConversationView* m_conversation = nullptr;
   ChatInput* m_input = nullptr;
@@ -143,6 +225,7 @@ class MainWindow : public QMainWindow {
   HeadGrid* m_grid = nullptr;
   QLabel* m_headLabel = nullptr;
   QCheckBox* m_allHeads = nullptr;
+  QComboBox* m_shade = nullptr;  // the head strip's band: β | score | none
   HeadStrip* m_strip = nullptr;
   ImageOverlay* m_overlay = nullptr;
   TimelineChart* m_timeline = nullptr;
@@ -152,18 +235,32 @@ class MainWindow : public QMainWindow {
   QLabel* m_statusSpeed = nullptr;
   QLabel* m_statusKv = nullptr;
   QLabel* m_statusPhase = nullptr;
+  QWidget* m_loadBar = nullptr;  // busy indicator while a model loads
+  QMenu* m_recentMenu = nullptr;
+  QString m_autosaveFile;
 
   ModelSummary m_model;
   bool m_hasModel = false;
   bool m_userChosePolicy = false;  // else a loaded model gets defaultEviction()
   trimkv::EvictionSettings m_eviction;  // in force in the worker
   InspectorFrame m_lastFrame;
+  InspectorFrame m_shownFrame;
+  FrameHistory m_history;
+  QSlider* m_scrubber = nullptr;
+  QLabel* m_scrubLabel = nullptr;
+  QPushButton* m_liveButton = nullptr;
+  bool m_scrubbing = false;  // the views show a past frame; new frames only extend the history
+  std::shared_ptr<const trimkv::Trace> m_lastTrace;  // of the latest frame that carried one
   QStringList m_attachments;
   QString m_pendingText;  // the turn in flight, restored into the input if the engine refuses it
   QStringList m_pendingImages;
   bool m_regenerating = false;
+  // A resend or replay in flight: the view as it was, put back if the request fails.
+  bool m_rebuilding = false;
+  QVector<ConversationView::Entry> m_viewBefore;
   QString m_previousAnswer;  // shown again if regenerating fails
   QAction* m_regenerateAction = nullptr;
+  QAction* m_replayAction = nullptr;
   bool m_busy = false, m_answering = false, m_errorDialogs = true, m_persist = false;
   bool m_budgetFromSettings = false;  // the user's budget was restored: keep it
 };

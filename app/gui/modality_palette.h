@@ -28,4 +28,21 @@ inline QColor faded(QColor c) {
   return c;
 }
 
+// The one ramp for β and scores (UI.md): viridis, perceptually uniform and readable in grey,
+// from dark violet (t = 0: forgotten first / lowest score) to yellow (t = 1: kept longest).
+inline QColor ramp(double t) {
+  static const QColor stops[] = {QColor(0x44, 0x01, 0x54), QColor(0x3b, 0x52, 0x8b), QColor(0x21, 0x90, 0x8d),
+                                 QColor(0x5d, 0xc8, 0x63), QColor(0xfd, 0xe7, 0x25)};
+  constexpr int kLast = 4;
+  if (!(t > 0)) return stops[0];  // also NaN
+  if (t >= 1) return stops[kLast];
+  const double x = t * kLast;
+  const int i = static_cast<int>(x);
+  const double f = x - i;
+  const QColor &a = stops[i], &b = stops[i + 1];
+  return QColor::fromRgbF(static_cast<float>(a.redF() + f * (b.redF() - a.redF())),
+                          static_cast<float>(a.greenF() + f * (b.greenF() - a.greenF())),
+                          static_cast<float>(a.blueF() + f * (b.blueF() - a.blueF())));
+}
+
 }  // namespace ModalityPalette

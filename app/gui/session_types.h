@@ -15,25 +15,13 @@
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/vlm_info.h"
 
-// One position of the conversation's token stream as the inspector knows it. The public snapshot
-// lists kept entries only, so the worker accumulates the metadata of every token it has seen kept
-// by some head in some snapshot (token metadata never changes). A token evicted by every head
-// before any snapshot saw it stays unknown (known == false): the strip draws it as "unknown".
-struct TokenSlot {
-  bool known = false;
-  trimkv::Modality modality = trimkv::Modality::Text;
-  int16_t turn = 0;
-  int16_t imageId = -1;
-  int16_t tile = 0;
-  int16_t patchRow = 0;
-  int16_t patchCol = 0;
-};
-
 // What the inspector draws at one moment of the conversation.
 struct InspectorFrame {
   trimkv::vision::ConversationState state;
   std::shared_ptr<const trimkv::KvSnapshot> kv;       // never null in an emitted frame
-  std::shared_ptr<const std::vector<TokenSlot>> tokens;  // [kv->n_tokens]
+  // [kv->n_tokens]: every position, kept or evicted (ChatEngine::tokens); the answer in flight
+  // has no ids or text until its turn ends.
+  std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> tokens;
   std::shared_ptr<const trimkv::Trace> trace;         // end of a turn only (else null)
   QString phase;                                      // "prefill" | "decode" | "idle"
   int64_t generatedTokens = 0;                        // of the turn in flight

@@ -1,9 +1,12 @@
 #include "session_worker.h"
 
+#include <QDir>
+#include <QFileInfo>
 #include <algorithm>
 #include <exception>
 
 #include "conversation_file.h"
+#include "display_message.h"
 #include "trimkv/core/error.h"
 
 using trimkv::vision::ChatEngine;
@@ -36,6 +39,13 @@ class BusyScope {
   SessionWorker* m_w;
 };
 
+// The index in `messages` of its `k`-th user message (0-based), or -1.
+int userMessageIndex(const std::vector<trimkv::Message>& messages, int k) {
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == "user" && k-- == 0) return static_cast<int>(i);
+  return -1;
+}
+
 }  // namespace
 
 trimkv::EvictionSettings defaultEviction(const trimkv::ModelInfo& info, int64_t budget) {
@@ -63,8 +73,9 @@ void SessionWorker::loadModel(const QString& dir) {
     return;
   }
   m_engine = std::move(engine);
+  m_engine->set_system_prompt(m_systemPrompt.toStdString());
   m_modelDir = dir;
-  m_tokens.clear();
+  m_tokens.reset();
   ModelSummary summary;
   summary.dir = dir;
   summary.info = m_engine->info();
@@ -104,6 +115,41 @@ void SessionWorker::setEviction(const trimkv::EvictionSettings& settings) {
 
 void SessionWorker::setGenerationParams(const trimkv::GenerationParams& params) { m_params = params; }
 
+void SessionWorker::setSystemPrompt(const QString& text) {
+  m_systemPrompt = text;
+  if (m_engine) m_engine->set_system_prompt(text.toStdString());
+}
+
+void SessionWorker::setAutosaveFile(const QString& path) {
+  m_autosaveFile = path;
+  m_autosaveFailed = false;
+}
+
+void SessionWorker::autosave() {
+  if (m_autosaveFile.isEmpty() || !m_engine || m_engine->transcript().empty()) return;
+  try {
+    QDir().mkpath(QFileInfo(m_autosaveFile).absolutePath());
+    saveConversationFile(m_autosaveFile, m_engine->transcript(), m_modelDir);
+  } catch (const std::exception& e) {
+    if (!m_autosaveFailed)
+      Q_EMIT errorOccurred(tr("Cannot autosave the conversation"),
+                           errorText(e) + tr("\nThe conversation goes on; it is not saved until this is fixed."));
+    m_autosaveFailed = true;
+    return;
+  }
+  m_autosaveFailed = false;
+  Q_EMIT autosaved(m_autosaveFile);
+}
+
+void SessionWorker::finishTurn(const TurnStats& stats) {
+  autosave();
+  Q_EMIT turnFinished(stats);
+}
+
+void SessionWorker::settleSystemPrompt() {
+  if (m_engine) m_engine->set_system_prompt(m_systemPrompt.toStdString());
+}
+
 void SessionWorker::reset() {
   if (!m_engine) return;
   BusyScope busy(this);
@@ -113,7 +159,7 @@ void SessionWorker::reset() {
     Q_EMIT errorOccurred(tr("Cannot start a new conversation"), errorText(e));
     return;
   }
-  m_tokens.clear();
+  m_tokens.reset();
   Q_EMIT conversationReset();
   emitFrame(QStringLiteral("idle"), 0, true);
 }
@@ -167,7 +213,83 @@ void SessionWorker::regenerate() {
     emitFrame(QStringLiteral("idle"), 0, true);
     return;
   }
+  settleSystemPrompt();
   answerPending(clock, before);
+}
+
+void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringList& images) {
+  BusyScope busy(this);
+  if (!m_engine) {
+    Q_EMIT turnFailed(tr("No model is loaded."));
+    return;
+  }
+  m_cancel.store(false);
+  QElapsedTimer clock;
+  clock.start();
+  const std::vector<trimkv::Message> before = m_engine->transcript();
+  const int cut = userMessageIndex(before, userTurn);
+  if (cut < 0) {
+    Q_EMIT turnFailed(tr("The conversation has no message %1 to edit.").arg(userTurn + 1));
+    return;
+  }
+  std::vector<std::string> paths;
+  for (const QString& p : images) paths.push_back(p.toStdString());
+  try {
+    // Earlier turns as they were (a system message stays the engine's system prompt until the
+    // edited turn, if it is the first, brings it in).
+    replay(std::vector<trimkv::Message>(before.begin(), before.begin() + cut));
+    m_engine->add_user_turn(text.toStdString(), paths, &m_cancel);
+  } catch (const std::exception& e) {
+    restore(before);
+    reportTurnFailure(e, tr("Stopped before the answer started."), tr("Cannot send the edited message"), true);
+    return;
+  }
+  settleSystemPrompt();
+  answerPending(clock, before);
+}
+
+void SessionWorker::replayConversation() {
+  BusyScope busy(this);
+  if (!m_engine) {
+    Q_EMIT turnFailed(tr("No model is loaded."));
+    return;
+  }
+  m_cancel.store(false);
+  const std::vector<trimkv::Message> before = m_engine->transcript();
+  std::vector<trimkv::Message> system, users;
+  for (const trimkv::Message& m : before) {
+    if (m.role == "system") system.push_back(m);
+    else if (m.role == "user") users.push_back(m);
+  }
+  if (users.empty()) {
+    Q_EMIT turnFailed(tr("There is nothing to replay: the conversation is empty."));
+    return;
+  }
+  Q_EMIT replayStarted(system.empty() ? QString() : displayMessage(system.front()).text);
+  for (size_t i = 0; i < users.size(); ++i) {
+    QElapsedTimer clock;
+    clock.start();
+    const DisplayMessage shown = displayMessage(users[i]);
+    Q_EMIT userTurnStarted(shown.text, shown.images);
+    try {
+      if (i == 0) replay(system);  // empty, under the current settings, with its system message
+      m_engine->add_user_turn(users[i].content, &m_cancel);
+    } catch (const std::exception& e) {
+      restore(before);
+      reportTurnFailure(e, tr("Replay stopped; the conversation is as before."), tr("Cannot replay the conversation"),
+                        true);
+      return;
+    }
+    settleSystemPrompt();
+    const std::optional<TurnStats> stats = generateAnswer(clock, before);
+    if (!stats) return;  // reported; the conversation is as before
+    const bool last = i + 1 == users.size() || stats->stopReason == QLatin1String("cancelled");
+    if (last) {
+      finishTurn(*stats);
+      return;
+    }
+    Q_EMIT answerReplayed(*stats);
+  }
 }
 
 void SessionWorker::saveConversation(const QString& path) {
@@ -204,13 +326,19 @@ void SessionWorker::loadConversation(const QString& path) {
     emitFrame(QStringLiteral("idle"), 0, true);
     return;
   }
+  settleSystemPrompt();
   Q_EMIT conversationLoaded(m_engine->transcript());
   emitFrame(QStringLiteral("idle"), 0, true);
 }
 
 void SessionWorker::replay(const std::vector<trimkv::Message>& messages) {
+  std::string system;
+  for (const trimkv::Message& m : messages)
+    if (m.role == "system")
+      for (const trimkv::ContentPart& p : m.content) system += p.text;
+  m_engine->set_system_prompt(system);  // the conversation's own, not the next one's
   m_engine->reset();  // a fresh evictor too: the replay runs under the current settings
-  m_tokens.clear();
+  m_tokens.reset();
   for (const trimkv::Message& m : messages) {
     if (m.role == "user") {
       m_engine->add_user_turn(m.content, &m_cancel);
@@ -227,9 +355,11 @@ void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
   const bool wasCancelled = m_cancel.exchange(false);  // the restore itself must not be stopped
   try {
     replay(messages);
+    settleSystemPrompt();
   } catch (const std::exception& e) {
+    settleSystemPrompt();
     m_engine->reset();
-    m_tokens.clear();
+    m_tokens.reset();
     Q_EMIT conversationReset();
     Q_EMIT errorOccurred(tr("The conversation was lost"),
                          tr("It could not be restored after an error: %1").arg(errorText(e)));
@@ -238,6 +368,11 @@ void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
 }
 
 void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before) {
+  if (const std::optional<TurnStats> stats = generateAnswer(clock, before)) finishTurn(*stats);
+}
+
+std::optional<TurnStats> SessionWorker::generateAnswer(const QElapsedTimer& clock,
+                                                       const std::vector<trimkv::Message>& before) {
   const int64_t promptTokens = m_engine->state().tokens;
   emitFrame(QStringLiteral("prefill"), 0, false);
 
@@ -266,7 +401,7 @@ void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<
     m_pendingText.clear();
     restore(before);
     reportTurnFailure(e, tr("Stopped."), tr("The answer failed"), true);
-    return;
+    return std::nullopt;
   }
   flushText();
 
@@ -279,7 +414,7 @@ void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<
   if (stats.generatedTokens > 1 && result.decode_ms > 0)
     stats.tokensPerSecond = static_cast<double>(stats.generatedTokens - 1) / (result.decode_ms / 1000.0);
   emitFrame(QStringLiteral("idle"), stats.generatedTokens, true);
-  Q_EMIT turnFinished(stats);
+  return stats;
 }
 
 void SessionWorker::flushText() {
@@ -290,22 +425,19 @@ void SessionWorker::flushText() {
   m_textClock.restart();
 }
 
-void SessionWorker::learnTokens(const trimkv::KvSnapshot& kv) {
-  if (static_cast<int64_t>(m_tokens.size()) < kv.n_tokens) m_tokens.resize(static_cast<size_t>(kv.n_tokens));
-  for (const trimkv::HeadSnapshot& head : kv.heads) {
-    for (const trimkv::SnapshotEntry& e : head.entries) {
-      if (e.token_index < 0 || static_cast<size_t>(e.token_index) >= m_tokens.size()) continue;
-      TokenSlot& slot = m_tokens[static_cast<size_t>(e.token_index)];
-      if (slot.known) continue;
-      slot.known = true;
-      slot.modality = e.modality;
-      slot.turn = e.turn;
-      slot.imageId = e.image_id;
-      slot.tile = e.tile;
-      slot.patchRow = e.patch_row;
-      slot.patchCol = e.patch_col;
-    }
+void SessionWorker::refreshTokens(int64_t n_tokens, bool full) {
+  const size_t have = m_tokens ? m_tokens->size() : 0;
+  if (!full && have == static_cast<size_t>(n_tokens)) return;
+  auto tokens = std::make_shared<std::vector<trimkv::vision::StreamToken>>();
+  if (full || !m_tokens || have > static_cast<size_t>(n_tokens)) {
+    *tokens = m_engine->tokens(0);
+  } else {
+    tokens->reserve(static_cast<size_t>(n_tokens));
+    *tokens = *m_tokens;
+    std::vector<trimkv::vision::StreamToken> more = m_engine->tokens(static_cast<int64_t>(have));
+    tokens->insert(tokens->end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
   }
+  m_tokens = std::move(tokens);
 }
 
 void SessionWorker::reportTurnFailure(const std::exception& e, const QString& stopped, const QString& title,
@@ -331,12 +463,14 @@ void SessionWorker::emitFrame(const QString& phase, int64_t generated, bool with
     Q_EMIT errorOccurred(tr("Cannot read the KV cache"), errorText(e));
     return;
   }
-  learnTokens(*kv);
-  std::vector<TokenSlot> tokens(m_tokens.begin(),
-                                m_tokens.begin() + std::min<int64_t>(kv->n_tokens, m_tokens.size()));
-  tokens.resize(static_cast<size_t>(kv->n_tokens));
+  try {
+    refreshTokens(kv->n_tokens, phase != QLatin1String("decode"));
+  } catch (const std::exception& e) {
+    Q_EMIT errorOccurred(tr("Cannot read the token stream"), errorText(e));
+    return;
+  }
   frame.kv = std::move(kv);
-  frame.tokens = std::make_shared<const std::vector<TokenSlot>>(std::move(tokens));
+  frame.tokens = m_tokens;
   frame.phase = phase;
   frame.generatedTokens = generated;
   Q_EMIT frameReady(frame);

@@ -8,10 +8,17 @@
 //                 then exactly one of turnFinished (answer complete or stopped) or turnFailed
 //                 (nothing of the turn was kept: the conversation is as before the request)
 //   regenerate -> as sendTurn (the last answer is replaced)
+//   resendFrom -> as sendTurn (the conversation is cut before the edited user turn first)
+//   replayConversation -> replayStarted, then per user turn userTurnStarted, textChunk*,
+//                 frameReady*, and answerReplayed (every turn but the last) or, for the last
+//                 (or a stopped) one, turnFinished; or turnFailed (conversation restored)
 //   setEviction -> evictionApplied, or errorOccurred (the previous settings stay)
 //   reset      -> conversationReset + frameReady
 //   saveConversation -> conversationSaved, or errorOccurred
 //   loadConversation -> conversationLoaded + frameReady, or errorOccurred (conversation kept)
+// With an autosave file set, every completed turn (turnFinished) is first written there
+// (conversation_file.h: images beside it, the JSON replaced atomically) and autosaved emitted,
+// so a crash loses at most the turn in flight.
 // busyChanged(true/false) brackets every request.
 #pragma once
 #include <QElapsedTimer>
@@ -21,6 +28,7 @@
 #include <atomic>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "session_types.h"
@@ -48,6 +56,19 @@ class SessionWorker : public QObject {
   // its transcript (user turns re-encoded, earlier answers as given) without the last answer,
   // then a new answer is generated. Signals as sendTurn; on failure the conversation is restored.
   void regenerate();
+  // Cuts the conversation before its `userTurn`-th user message (0-based), then sends (text,
+  // images) in its place: earlier turns are replayed (answers as given) under the current
+  // settings. On failure the conversation is restored.
+  void resendFrom(int userTurn, const QString& text, const QStringList& images);
+  // Re-runs the whole conversation under the current settings: reset, then every user turn sent
+  // again and answered anew. A stop during an answer ends the replay there (that answer is kept
+  // as far as it got, later turns are dropped); a stop while a question is read in, or an error,
+  // restores the conversation as it was.
+  void replayConversation();
+  // The system message of the next fresh conversation (ChatEngine::set_system_prompt).
+  void setSystemPrompt(const QString& text);
+  // Where completed turns are saved ("" = nowhere, the default).
+  void setAutosaveFile(const QString& path);
   void reset();
   // Writes the transcript and copies its images beside it (conversation_file.h).
   void saveConversation(const QString& path);
@@ -67,8 +88,13 @@ class SessionWorker : public QObject {
   void turnFailed(const QString& message);
   void evictionApplied(const trimkv::EvictionSettings& settings);
   void conversationReset();
+  // Replay: the conversation's system message ("" = none) and then each user turn as it is sent.
+  void replayStarted(const QString& systemText);
+  void userTurnStarted(const QString& text, const QStringList& images);
+  void answerReplayed(const TurnStats& stats);
   void conversationSaved(const QString& path);
   void conversationLoaded(const std::vector<trimkv::Message>& messages);
+  void autosaved(const QString& path);
   // A problem the user must see: `title` says what failed ("Cannot open the model"), `message`
   // is the library's error text naming the folder, file, field or setting.
   void errorOccurred(const QString& title, const QString& message);
@@ -80,22 +106,40 @@ class SessionWorker : public QObject {
   // goes to errorOccurred under `title`), then an idle frame.
   void reportTurnFailure(const std::exception& e, const QString& stopped, const QString& title, bool withTrace);
   void flushText();
-  // Generates the answer to the pending user turn (see sendTurn's signals). On failure the
-  // conversation is rebuilt as `before`.
+  // Generates the answer to the pending user turn, streaming it (textChunk, frameReady), and
+  // returns its stats; on failure the conversation is rebuilt as `before`, the failure reported
+  // (turnFailed) and nothing returned.
+  std::optional<TurnStats> generateAnswer(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before);
+  // generateAnswer, then turnFinished.
   void answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before);
-  // Resets the engine and re-adds `messages` (throws what the engine throws).
+  // Resets the engine and re-adds `messages` (throws what the engine throws). A system message
+  // becomes the engine's system prompt, so it stays in force until the first user turn is in;
+  // every request that replays ends with settleSystemPrompt().
   void replay(const std::vector<trimkv::Message>& messages);
-  // replay() that cannot be stopped; when even that fails the conversation is reset and the
-  // user told.
+  // Puts the user's system prompt (m_systemPrompt) back for the next fresh conversation.
+  void settleSystemPrompt();
+  // Saves the conversation to the autosave file (if set and the conversation is not empty); a
+  // failure is reported once per file, not after every turn.
+  void autosave();
+  // autosave(), then turnFinished.
+  void finishTurn(const TurnStats& stats);
+  // replay() that cannot be stopped, then settleSystemPrompt(); when even that fails the
+  // conversation is reset and the user told.
   void restore(const std::vector<trimkv::Message>& messages);
-  void learnTokens(const trimkv::KvSnapshot& kv);
+  // m_tokens for a stream of n_tokens positions: read again in full at turn boundaries (`full`:
+  // a replay or rollback may have changed earlier positions), else only the new ones.
+  void refreshTokens(int64_t n_tokens, bool full);
 
   std::unique_ptr<trimkv::vision::ChatEngine> m_engine;
   QString m_modelDir;
   trimkv::EvictionSettings m_eviction;  // what the engine runs under (policy "full" = none)
   trimkv::GenerationParams m_params;
+  QString m_systemPrompt;  // for the next fresh conversation
+  QString m_autosaveFile;
+  bool m_autosaveFailed = false;  // reported already
   std::atomic<bool> m_cancel{false};
-  std::vector<TokenSlot> m_tokens;  // metadata of every token seen kept so far (see TokenSlot)
+  // The stream's positions as last read (ChatEngine::tokens), shared with the frames sent.
+  std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;
 
   // Coalescing of the turn in flight (worker thread only).
   QString m_pendingText;

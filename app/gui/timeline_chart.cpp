@@ -1,6 +1,7 @@
 #include "timeline_chart.h"
 
 #include <QtCharts/QChart>
+#include <QtCharts/QLegendMarker>
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QValueAxis>
 #include <algorithm>
@@ -19,8 +20,13 @@ TimelineChart::TimelineChart(QWidget* parent) : QChartView(parent) {
   m_budget->setName(tr("budget"));
   QPen dashed(ModalityPalette::special(), 1.5, Qt::DashLine);
   m_budget->setPen(dashed);
+  m_marker = new QLineSeries(chart);
+  m_marker->setName(tr("step shown"));
+  m_marker->setPen(QPen(ModalityPalette::image(), 1.5));
+  m_marker->setVisible(false);
   chart->addSeries(m_held);
   chart->addSeries(m_budget);
+  chart->addSeries(m_marker);
   m_x = new QValueAxis(chart);
   m_x->setTitleText(tr("step (prefill chunks and decode steps)"));
   m_x->setLabelFormat(QStringLiteral("%d"));
@@ -29,7 +35,7 @@ TimelineChart::TimelineChart(QWidget* parent) : QChartView(parent) {
   m_y->setLabelFormat(QStringLiteral("%d"));
   chart->addAxis(m_x, Qt::AlignBottom);
   chart->addAxis(m_y, Qt::AlignLeft);
-  for (QLineSeries* s : {m_held, m_budget}) {
+  for (QLineSeries* s : {m_held, m_budget, m_marker}) {
     s->attachAxis(m_x);
     s->attachAxis(m_y);
   }
@@ -65,4 +71,15 @@ void TimelineChart::setTrace(std::shared_ptr<const trimkv::Trace> trace, int64_t
   m_y->setRange(0, std::max(1.0, most * 1.1));
   m_x->applyNiceNumbers();
   m_y->applyNiceNumbers();
+  m_yTop = m_y->max();
+  setMarker(m_markerStep);
+}
+
+void TimelineChart::setMarker(int64_t step) {
+  m_markerStep = step;
+  QList<QPointF> line;
+  if (step >= 0) line << QPointF(static_cast<double>(step), 0) << QPointF(static_cast<double>(step), m_yTop);
+  m_marker->replace(line);
+  m_marker->setVisible(step >= 0);
+  if (chart()->legend()->markers(m_marker).size() == 1) chart()->legend()->markers(m_marker).front()->setVisible(step >= 0);
 }

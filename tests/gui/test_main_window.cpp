@@ -2,10 +2,22 @@
 // tiny random Idefics3 fixture: 2 layers x 2 KV heads, gibberish answers), else the embedded demo
 // model. The tests check the plumbing between the worker and the widgets, counts and timing.
 #include <QCheckBox>
+#include <QSlider>
+#include <QProcess>
+#include <QMenu>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QSvgRenderer>
 #include <QClipboard>
 #include <QComboBox>
 #include <QMimeData>
 #include <QElapsedTimer>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QTextBlock>
+#include <QScrollBar>
+#include <cmath>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -15,15 +27,24 @@
 #include <set>
 #include <tuple>
 
+#include "budget_control.h"
+#include "budget_units.h"
 #include "chat_input.h"
+#include "conversation_file.h"
+#include "frame_history.h"
+#include "recent_models.h"
+#include "policy_options_form.h"
 #include "conversation_view.h"
 #include "generation_settings.h"
 #include "head_grid.h"
 #include "head_strip.h"
 #include "image_overlay.h"
+#include "image_viewer.h"
+#include "modality_palette.h"
 #include "main_window.h"
 #include "screenshot_run.h"
 #include "session_worker.h"
+#include "system_prompt_panel.h"
 #include "timeline_chart.h"
 #include "trimkv/core/default_model.h"
 
@@ -39,6 +60,7 @@ class MainWindowTest : public QObject {
 
  private:
   std::unique_ptr<MainWindow> m_window;
+  QTemporaryDir m_settingsDir;  // QSettings of the tests (recent models), not the user's
 
   // Sends a turn and waits for its answer; returns the stats.
   TurnStats answer(const QString& text, const QStringList& images) {
@@ -52,10 +74,12 @@ class MainWindowTest : public QObject {
   }
 
   void setBudget(int budget) {
+    BudgetControl* control = m_window->budgetControl();
+    control->setUnit(BudgetUnit::EntriesPerHead);
     // A spin box that already shows the value emits nothing: move it away first.
-    if (m_window->budgetSpin()->value() == budget) setBudget(budget + 1);
+    if (control->entriesPerHead() == budget) setBudget(budget + 1);
     QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
-    m_window->budgetSpin()->setValue(budget);  // debounced, then sent to the worker
+    control->spinBox()->setValue(budget);  // debounced, then sent to the worker
     QVERIFY(applied.wait(5000));
     const auto s = applied.takeLast().at(0).value<trimkv::EvictionSettings>();
     QVERIFY(s.budget_per_head.has_value());
@@ -73,7 +97,12 @@ class MainWindowTest : public QObject {
   void initTestCase() {
     QString dir = qEnvironmentVariable("TRIMKV_DEMO_MODEL");
     if (dir.isEmpty()) dir = QString::fromStdString(trimkv::default_model_dir());
+    QCoreApplication::setOrganizationName(QStringLiteral("TrimKV-tests"));
+    QCoreApplication::setApplicationName(QStringLiteral("test_gui"));
+    QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, m_settingsDir.path());
+    QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_settingsDir.path());
     m_window = std::make_unique<MainWindow>();
+    m_window->restoreSettings();  // persistence on (into m_settingsDir): recent models are recorded
     m_window->resize(1200, 800);
     m_window->show();
     QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
@@ -114,6 +143,32 @@ class MainWindowTest : public QObject {
     QCOMPARE(f.phase, QStringLiteral("idle"));
     QCOMPARE(static_cast<int>(f.state.images.size()), 1);
     QVERIFY(f.state.kv_image_entries > 0);
+  }
+
+  void clickingAThumbnailOpensTheImageAtFullSize() {
+    ConversationView* view = m_window->conversation();
+    view->verticalScrollBar()->setValue(0);
+    const QString link = ConversationView::imageLink(kImage).toString();
+    int position = -1;
+    for (QTextBlock b = view->document()->begin(); b.isValid() && position < 0; b = b.next())
+      for (auto it = b.begin(); !it.atEnd(); ++it)
+        if (it.fragment().charFormat().isImageFormat() && it.fragment().charFormat().anchorHref() == link)
+          position = it.fragment().position();
+    QVERIFY(position >= 0);
+    // A real click on the thumbnail.
+    QTextCursor c(view->document());
+    c.setPosition(position);
+    const QRect r = view->cursorRect(c);
+    const QPoint onImage(r.left() + 20, r.bottom() - 20);
+    QCOMPARE(view->anchorAt(onImage), link);
+    QTest::mouseClick(view->viewport(), Qt::LeftButton, {}, onImage);
+    auto* viewer = m_window->findChild<ImageViewer*>(QStringLiteral("imageViewer"));
+    QVERIFY(viewer);
+    QTRY_VERIFY(viewer->isVisible());
+    const QImage original(kImage);
+    QCOMPARE(viewer->image().size(), original.size());
+    QCOMPARE(viewer->shownSize(), original.size());  // at 100%
+    viewer->close();
   }
 
   void regenerateReplacesTheLastAnswer() {
@@ -181,6 +236,65 @@ class MainWindowTest : public QObject {
     QCOMPARE(m_window->headStrip()->keptCount(), static_cast<int>(keptAnywhere.size()));
     m_window->allHeadsToggle()->setChecked(false);
     QCOMPARE(m_window->headStrip()->keptCount(), static_cast<int>(head.entries.size()));
+  }
+
+  void theStripNamesEveryTokenAndShadesByBetaOrScore() {
+    const InspectorFrame& f = m_window->lastFrame();
+    QVERIFY(f.tokens);
+    QCOMPARE(static_cast<int64_t>(f.tokens->size()), f.kv->n_tokens);
+    int images = 0;
+    for (const trimkv::vision::StreamToken& t : *f.tokens) {
+      QVERIFY(t.id >= 0);  // after the turn every position has its id
+      if (t.info.modality == trimkv::Modality::Image) {
+        ++images;
+        QVERIFY(t.info.image_id >= 0);
+      }
+    }
+    int64_t imageTokens = 0;
+    for (const trimkv::ImageRecord& r : f.state.images) imageTokens += r.n_image_tokens;
+    QCOMPARE(static_cast<int64_t>(images), imageTokens);
+
+    m_window->headGrid()->setSelectedHead(0, 0);
+    HeadStrip* strip = m_window->headStrip();
+    QCOMPARE(strip->shade(), HeadStrip::Shade::Beta);
+    const trimkv::HeadSnapshot& head = f.kv->head(0, 0);
+    QVERIFY(!head.entries.empty());
+    // A kept text position: its band is β, its tooltip names the token and β.
+    const trimkv::SnapshotEntry* kept = nullptr;
+    for (const auto& e : head.entries)
+      if (e.modality == trimkv::Modality::Text && !(*f.tokens)[static_cast<size_t>(e.token_index)].text.empty()) kept = &e;
+    QVERIFY(kept);
+    const int pos = kept->token_index;
+    QCOMPARE(strip->shadeOf(pos), std::exp(static_cast<double>(kept->log_beta)));
+    const QString tip = strip->tooltipFor(pos);
+    QVERIFY2(tip.contains(QString::fromStdString((*f.tokens)[static_cast<size_t>(pos)].text).left(10)), qPrintable(tip));
+    QVERIFY(tip.contains(QStringLiteral("β =")));
+    // The band is drawn in the ramp's colour.
+    const QImage drawn = strip->grab().toImage();
+    const QRect cell = strip->cellRect(pos);
+    QCOMPARE(QColor(drawn.pixel(cell.center().x(), cell.bottom() - 1)).name(),
+             ModalityPalette::ramp(strip->shadeOf(pos)).name());
+
+    // Score: scaled over the head's kept entries, 1 for the highest.
+    m_window->shadeCombo()->setCurrentIndex(m_window->shadeCombo()->findData(static_cast<int>(HeadStrip::Shade::Score)));
+    QCOMPARE(strip->shade(), HeadStrip::Shade::Score);
+    const trimkv::SnapshotEntry* best = nullptr;
+    for (const auto& e : head.entries)
+      if (std::isfinite(e.score) && (!best || e.score > best->score)) best = &e;
+    if (best) {  // the policy scores its entries (h2o: accumulated attention)
+      QCOMPARE(strip->shadeOf(best->token_index), 1.0);
+      QVERIFY(strip->tooltipFor(best->token_index).contains(QStringLiteral("score =")));
+    } else {
+      QVERIFY(std::isnan(strip->shadeOf(pos)));
+    }
+    // An evicted position has no band and says so.
+    for (int t = 0; t < f.kv->n_tokens; ++t)
+      if (!head.kept(t)) {
+        QVERIFY(std::isnan(strip->shadeOf(t)));
+        QVERIFY(strip->tooltipFor(t).contains(QStringLiteral("evicted by layer 0 head 0")));
+        break;
+      }
+    m_window->shadeCombo()->setCurrentIndex(0);
   }
 
   void loweringTheBudgetLowersTheCounts() {
@@ -273,7 +387,8 @@ class MainWindowTest : public QObject {
     QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
     m_window->saveConversation(path);
     QVERIFY(saved.wait(10000));
-    QVERIFY(QFileInfo::exists(dir.filePath(QStringLiteral("chat-images/1-a.png"))));
+    // The image is copied beside the file, named by its content (and its name).
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("chat-images"))).entryList({QStringLiteral("*-a.png")}).size(), 1);
     newConversation();
     QCOMPARE(m_window->conversation()->messageCount(), 0);
     QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
@@ -296,6 +411,117 @@ class MainWindowTest : public QObject {
     QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("role")));
     QCOMPARE(m_window->conversation()->messageCount(), messages);
     for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+  }
+
+  void exportsWriteTheFiguresTheTraceAndTheCounts() {
+    QTemporaryDir dir;
+    const InspectorFrame& f = m_window->lastFrame();
+    QVERIFY(f.kv && !f.state.images.empty() && f.trace);
+    const std::vector<std::pair<MainWindow::Figure, QString>> figures = {
+        {MainWindow::Figure::HeadGrid, QStringLiteral("grid")},
+        {MainWindow::Figure::ImageOverlay, QStringLiteral("overlay")},
+        {MainWindow::Figure::Timeline, QStringLiteral("timeline")}};
+    for (const auto& [figure, name] : figures) {
+      const QString png = dir.filePath(name + QStringLiteral(".png"));
+      QVERIFY(m_window->exportFigureTo(figure, png));
+      const QImage image(png);
+      QVERIFY2(!image.isNull() && image.width() > 50 && image.height() > 50, qPrintable(name));
+      QSet<QRgb> colours;
+      for (int y = 0; y < image.height(); y += 4)
+        for (int x = 0; x < image.width(); x += 4) colours.insert(image.pixel(x, y));
+      QVERIFY2(colours.size() > 5, qPrintable(name));  // drawn, not blank
+      const QString svg = dir.filePath(name + QStringLiteral(".svg"));
+      QVERIFY(m_window->exportFigureTo(figure, svg));
+      QSvgRenderer renderer(svg);
+      QVERIFY2(renderer.isValid(), qPrintable(name));
+      QVERIFY(renderer.defaultSize().width() > 50);
+      QVERIFY(QFileInfo(svg).size() > 1000);  // the widget's drawing, not an empty document
+    }
+
+    // The trace as core's JSON: it parses back to the trace the window shows.
+    const QString json = dir.filePath(QStringLiteral("trace.json"));
+    QVERIFY(m_window->exportTraceTo(json));
+    QFile traceFile(json);
+    QVERIFY(traceFile.open(QIODevice::ReadOnly));
+    const trimkv::Trace trace = trimkv::trace_from_json(traceFile.readAll().toStdString());
+    QVERIFY(trace == *f.trace);
+    QCOMPARE(static_cast<int64_t>(trace.events.size()), f.state.eviction_events);
+
+    // Per-head counts: one row per (layer, KV head), as the grid shows them.
+    const QString csvPath = dir.filePath(QStringLiteral("counts.csv"));
+    QVERIFY(m_window->exportHeadCountsTo(csvPath));
+    QFile csvFile(csvPath);
+    QVERIFY(csvFile.open(QIODevice::ReadOnly));
+    const QStringList lines = QString::fromUtf8(csvFile.readAll()).split(QLatin1Char('\n'), Qt::SkipEmptyParts);
+    const int heads = f.kv->geometry.n_layer * f.kv->geometry.n_kv_head;
+    QCOMPARE(lines.size(), 1 + heads);
+    QCOMPARE(lines.front(), QStringLiteral("layer,kv_head,text,image,special,total"));
+    for (int i = 1; i < lines.size(); ++i) {
+      const QStringList v = lines[i].split(QLatin1Char(','));
+      QCOMPARE(v.size(), 6);
+      const trimkv::ModalityCounts c = m_window->headGrid()->cellCounts(v[0].toInt(), v[1].toInt());
+      QCOMPARE(v[2].toLongLong(), static_cast<qlonglong>(c.text));
+      QCOMPARE(v[3].toLongLong(), static_cast<qlonglong>(c.image));
+      QCOMPARE(v[4].toLongLong(), static_cast<qlonglong>(c.special));
+      QCOMPARE(v[5].toLongLong(), static_cast<qlonglong>(c.total()));
+    }
+
+    // A name the exporter cannot honour is refused with a message naming it.
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    QVERIFY(!m_window->exportFigureTo(MainWindow::Figure::HeadGrid, dir.filePath(QStringLiteral("grid.txt"))));
+    QCOMPARE(errors.count(), 1);
+    QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("grid.txt")));
+    QVERIFY(!m_window->exportTraceTo(dir.filePath(QStringLiteral("missing-folder/trace.json"))));
+    QVERIFY(errors.last().at(1).toString().contains(QStringLiteral("missing-folder")));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+  }
+
+  void everyCompletedTurnIsAutosavedAndTheAutosaveReopens() {
+    QVERIFY(MainWindow::defaultAutosaveFile().startsWith(
+        QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)));
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("autosave/conversation.json"));
+    m_window->setAutosaveFile(path);
+    newConversation();
+    QSignalSpy autosaved(m_window.get(), &MainWindow::autosaved);
+    answer(QStringLiteral("What is in the image?"), {kImage});
+    QCOMPARE(autosaved.count(), 1);  // before the answer was reported finished
+    QVERIFY(QFileInfo::exists(path));
+    std::vector<trimkv::Message> messages = loadConversationFile(path);
+    QCOMPARE(static_cast<int>(messages.size()), 2);
+    const QString copy = QString::fromStdString(messages[0].content.at(0).path);
+    QVERIFY(copy.startsWith(dir.filePath(QStringLiteral("autosave/conversation-images/"))));
+    QVERIFY(QFileInfo::exists(copy));
+    answer(QStringLiteral("And now?"), {});
+    QCOMPARE(autosaved.count(), 2);
+    messages = loadConversationFile(path);
+    QCOMPARE(static_cast<int>(messages.size()), 4);
+    QCOMPARE(QString::fromStdString(messages[3].content.at(0).text), m_window->conversation()->lastAnswer());
+    // Written atomically: no temporary file is left beside it, and the image is there once.
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("autosave"))).entryList(QDir::Files), QStringList{"conversation.json"});
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("autosave/conversation-images"))).entryList(QDir::Files).size(), 1);
+
+    // On start the application offers it; Open replays it.
+    newConversation();
+    m_window->offerAutosaveRestore();
+    auto* box = m_window->findChild<QMessageBox*>(QStringLiteral("restoreDialog"));
+    QVERIFY(box);
+    QTRY_VERIFY(box->isVisible());
+    QVERIFY(box->text().contains(QStringLiteral("4 messages")));
+    // While the offer is open a new turn does not replace the file on offer.
+    answer(QStringLiteral("Meanwhile?"), {});
+    QCOMPARE(autosaved.count(), 2);
+    QCOMPARE(static_cast<int>(loadConversationFile(path).size()), 4);
+    QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
+    box->button(QMessageBox::Open)->click();
+    QVERIFY(loaded.wait(kTurnTimeoutMs));
+    QCOMPARE(m_window->conversation()->messageCount(), 4);
+    QTRY_COMPARE(static_cast<int>(m_window->lastFrame().state.images.size()), 1);
+    // The next turn of the restored conversation saves over it, its image still in place.
+    answer(QStringLiteral("One more?"), {});
+    QCOMPARE(static_cast<int>(loadConversationFile(path).size()), 6);
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("autosave/conversation-images"))).entryList(QDir::Files).size(), 1);
+    m_window->setAutosaveFile(QString());
   }
 
   void theScreenshotModeSavesTheWindowWithTheInspector() {
@@ -332,6 +558,331 @@ class MainWindowTest : public QObject {
     QCOMPARE(stats.stopReason, QStringLiteral("max_tokens"));
   }
 
+  void theSystemPromptOpensTheNextConversationAndIsSaved() {
+    newConversation();
+    m_window->setSystemPrompt(QStringLiteral("You answer briefly."));
+    QCOMPARE(m_window->systemPromptPanel()->text(), QStringLiteral("You answer briefly."));
+    answer(QStringLiteral("Hi."), {});
+    ConversationView* view = m_window->conversation();
+    QVERIFY(view->hasSystemMessage());
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer briefly."));
+    QCOMPARE(view->messageCount(), 2);
+    QCOMPARE(m_window->lastFrame().state.turns, 3);  // system, user, assistant
+
+    // A change waits for the next conversation: the next turn keeps the one in use.
+    m_window->setSystemPrompt(QStringLiteral("You answer in French."));
+    QVERIFY(m_window->systemPromptPanel()->note().contains(QStringLiteral("next new conversation")));
+    answer(QStringLiteral("Again."), {});
+    QCOMPARE(m_window->lastFrame().state.turns, 5);
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer briefly."));
+
+    // Saved as the first message of the JSON; opening it brings it back.
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("chat.json"));
+    QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
+    m_window->saveConversation(path);
+    QVERIFY(saved.wait(10000));
+    QFile file(path);
+    QVERIFY(file.open(QIODevice::ReadOnly));
+    const QJsonArray messages = QJsonDocument::fromJson(file.readAll()).object().value("messages").toArray();
+    QCOMPARE(messages.size(), 5);
+    QCOMPARE(messages[0].toObject().value("role").toString(), QStringLiteral("system"));
+    QCOMPARE(messages[0].toObject().value("content").toArray()[0].toObject().value("text").toString(),
+             QStringLiteral("You answer briefly."));
+
+    newConversation();
+    answer(QStringLiteral("Hi."), {});
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer in French."));
+    QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
+    m_window->loadConversation(path);
+    QVERIFY(loaded.wait(kTurnTimeoutMs));
+    QCOMPARE(view->entries().front().text, QStringLiteral("You answer briefly."));
+    QCOMPARE(view->messageCount(), 4);
+    QTRY_COMPARE(m_window->lastFrame().state.turns, 5);
+
+    // Cleared: the next conversation has none.
+    m_window->setSystemPrompt(QString());
+    newConversation();
+    answer(QStringLiteral("Hi."), {});
+    QVERIFY(!view->hasSystemMessage());
+    QCOMPARE(m_window->lastFrame().state.turns, 2);
+  }
+
+  void editingAUserTurnResendsItAndDropsWhatFollowed() {
+    newConversation();
+    answer(QStringLiteral("First question"), {kImage});
+    answer(QStringLiteral("Second question"), {});
+    ConversationView* view = m_window->conversation();
+    QCOMPARE(view->messageCount(), 4);
+    // The view offers an Edit link per user message.
+    const QString link = ConversationView::editLink(0).toString();
+    bool found = false;
+    for (QTextBlock b = view->document()->begin(); b.isValid() && !found; b = b.next())
+      for (auto it = b.begin(); !it.atEnd(); ++it)
+        if (it.fragment().charFormat().anchorHref() == link) found = true;
+    QVERIFY(found);
+    Q_EMIT view->anchorClicked(ConversationView::editLink(0));  // as a click on it does
+    QCOMPARE(m_window->editingTurn(), 0);
+    QCOMPARE(m_window->input()->toPlainText(), QStringLiteral("First question"));
+    QCOMPARE(m_window->attachments(), QStringList{kImage});
+    QCOMPARE(m_window->sendButton()->text(), QStringLiteral("Resend"));
+
+    m_window->input()->setPlainText(QStringLiteral("Edited question"));
+    QSignalSpy finished(m_window.get(), &MainWindow::answerFinished);
+    m_window->sendButton()->click();
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(m_window->editingTurn(), -1);
+    QCOMPARE(view->messageCount(), 2);
+    QCOMPARE(view->userMessage(0).text, QStringLiteral("Edited question"));
+    QCOMPARE(view->userMessage(0).images, QStringList{kImage});
+    QCOMPARE(view->lastAnswer(), finished.first().at(0).value<TurnStats>().text);
+    const InspectorFrame& f = m_window->lastFrame();
+    QCOMPARE(f.state.turns, 2);
+    QCOMPARE(static_cast<int>(f.state.images.size()), 1);
+
+    // Editing the second of two turns keeps the first one's answer as it was.
+    answer(QStringLiteral("Another one"), {});
+    const QString firstAnswer = view->entries().at(1).text;
+    m_window->editUserTurn(1);
+    QCOMPARE(m_window->input()->toPlainText(), QStringLiteral("Another one"));
+    m_window->cancelEdit();
+    QCOMPARE(m_window->sendButton()->text(), QStringLiteral("Send"));
+    m_window->resendUserTurn(1, QStringLiteral("Something else"), {});
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(view->messageCount(), 4);
+    QCOMPARE(view->entries().at(1).text, firstAnswer);
+    QCOMPARE(view->userMessage(1).text, QStringLiteral("Something else"));
+    QCOMPARE(m_window->lastFrame().state.turns, 4);
+
+    // A resend the engine refuses (unreadable image) leaves the conversation as it was.
+    QSignalSpy failed(m_window.get(), &MainWindow::turnFailed);
+    m_window->resendUserTurn(0, QStringLiteral("Look"), {kNotAnImage});
+    QVERIFY(failed.wait(kTurnTimeoutMs));
+    QCOMPARE(view->messageCount(), 4);
+    QCOMPARE(view->userMessage(0).text, QStringLiteral("Edited question"));
+    QTRY_COMPARE(m_window->lastFrame().state.turns, 4);
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+  }
+
+  void budgetUnitsConvertThroughOneFunction() {
+    BudgetScale scale;
+    scale.heads = 4;
+    scale.bytesPerEntry = 256;
+    scale.contextTokens = 400;
+    QCOMPARE(unitsPerEntry(BudgetUnit::EntriesPerHead, scale), 1.0);
+    QCOMPARE(budgetInUnit(100, BudgetUnit::MiB, scale), 100.0 * 4 * 256 / (1024.0 * 1024.0));
+    QCOMPARE(budgetInUnit(100, BudgetUnit::PercentOfContext, scale), 25.0);
+    QCOMPARE(entriesFromUnit(25.0, BudgetUnit::PercentOfContext, scale), int64_t{100});
+    QCOMPARE(entriesFromUnit(0.01, BudgetUnit::PercentOfContext, scale), int64_t{1});  // never 0
+    // Every whole budget survives the round trip through every unit.
+    for (BudgetUnit u : {BudgetUnit::EntriesPerHead, BudgetUnit::MiB, BudgetUnit::PercentOfContext})
+      for (int64_t m = 1; m <= 5000; m += 7) QCOMPARE(entriesFromUnit(budgetInUnit(m, u, scale), u, scale), m);
+    QVERIFY(budgetText(512, BudgetUnit::MiB, scale).endsWith(QStringLiteral("KiB")));  // 0.5 MiB reads as KiB
+    scale.contextTokens = 0;
+    QVERIFY(!unitAvailable(BudgetUnit::PercentOfContext, scale));
+    QVERIFY(unitAvailable(BudgetUnit::MiB, scale));
+
+    // The scale of the loaded model: bytes per entry as the cache stores them.
+    const InspectorFrame& f = m_window->lastFrame();
+    QVERIFY(f.kv && f.kv->total_entries > 0);
+    const BudgetScale live = BudgetScale::of(m_window->model().info, f.kv.get());
+    QCOMPARE(live.heads, m_window->model().info.n_layer * m_window->model().info.n_kv_head);
+    QCOMPARE(live.bytesPerEntry * static_cast<double>(f.kv->total_entries), static_cast<double>(f.kv->bytes_held));
+    QCOMPARE(live.contextTokens, f.kv->n_tokens);
+  }
+
+  void theBudgetReadsAlikeInEveryUnitAndSliderAndSpinBoxAgree() {
+    BudgetControl* control = m_window->budgetControl();
+    setBudget(40);
+    const BudgetScale scale = control->scale();
+    QVERIFY(unitAvailable(BudgetUnit::PercentOfContext, scale));  // a conversation is on screen
+    QVERIFY(control->hintText().contains(QStringLiteral("%")));
+
+    // MiB: the spin box shows the same 40 entries; typing a size sends the matching entries.
+    control->setUnit(BudgetUnit::MiB);
+    QCOMPARE(control->unit(), BudgetUnit::MiB);
+    QVERIFY(qAbs(control->spinBox()->value() - budgetInUnit(40, BudgetUnit::MiB, scale)) <
+             1.01 * qPow(10.0, -control->spinBox()->decimals()));
+    QVERIFY(control->hintText().contains(QStringLiteral("40 entries/head")));
+    QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
+    control->spinBox()->setValue(budgetInUnit(20, BudgetUnit::MiB, scale));
+    QVERIFY(applied.wait(5000));
+    QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, int64_t{20});
+    QCOMPARE(control->entriesPerHead(), int64_t{20});
+
+    // Percent of the context: half the tokens so far.
+    control->setUnit(BudgetUnit::PercentOfContext);
+    control->spinBox()->setValue(50.0);
+    QVERIFY(applied.wait(5000));
+    const int64_t half = entriesFromUnit(50.0, BudgetUnit::PercentOfContext, scale);
+    QCOMPARE(half, (scale.contextTokens + 1) / 2);
+    QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, half);
+
+    // The slider moves the same budget (logarithmic), and the spin box follows it.
+    control->slider()->setValue(control->slider()->value() / 2);
+    QVERIFY(applied.wait(5000));
+    const int64_t fromSlider = control->entriesPerHead();
+    QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, fromSlider);
+    QCOMPARE(entriesFromUnit(control->spinBox()->value(), BudgetUnit::PercentOfContext, scale), fromSlider);
+    control->setUnit(BudgetUnit::EntriesPerHead);
+    QCOMPARE(static_cast<int64_t>(control->spinBox()->value()), fromSlider);
+  }
+
+  void policyOptionsShowOnlyWhatThePolicyAccepts() {
+    QComboBox* policy = m_window->policyCombo();
+    const QString before = policy->currentData().toString();
+    auto choose = [&](const QString& name) {
+      QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
+      policy->setCurrentIndex(policy->findData(name));
+      Q_EMIT policy->activated(policy->currentIndex());  // as a choice in the list does
+      QVERIFY(applied.wait(5000));
+      QCOMPARE(applied.last().at(0).value<trimkv::EvictionSettings>().policy, name.toStdString());
+    };
+    PolicyOptionsForm* form = m_window->policyOptions();
+    setBudget(64);  // snapkv needs more than its window (32) per head
+    choose(QStringLiteral("snapkv"));
+    QCOMPARE(form->optionNames(), (QStringList{"window", "kernel", "pooling"}));
+    QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
+    auto* window = qobject_cast<QSpinBox*>(form->editor(QStringLiteral("window")));
+    QVERIFY(window);
+    window->setValue(4);
+    QVERIFY(applied.wait(5000));
+    const auto s = applied.takeLast().at(0).value<trimkv::EvictionSettings>();
+    QCOMPARE(s.policy, std::string("snapkv"));
+    QCOMPARE(s.options, std::vector<std::string>{"window=4"});
+    // A value the engine refuses is named in the error and the settings in force stay.
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    auto* kernel = qobject_cast<QSpinBox*>(form->editor(QStringLiteral("kernel")));
+    kernel->setValue(4);  // must be odd
+    QVERIFY(errors.wait(5000));
+    QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("kernel")));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+
+    choose(QStringLiteral("streamingllm"));
+    QCOMPARE(form->optionNames(), (QStringList{"sinks", "window"}));
+    QVERIFY(form->options().empty());  // all at their defaults (window: auto)
+    QVERIFY(!form->editor(QStringLiteral("window"))->isEnabled());
+    choose(before);
+    QVERIFY(form->options().empty());
+  }
+
+  void replayRerunsTheConversationUnderTheNewBudget() {
+    setBudget(48);
+    newConversation();
+    answer(QStringLiteral("What is in the image?"), {kImage});
+    answer(QStringLiteral("And the colours?"), {});
+    ConversationView* view = m_window->conversation();
+    QCOMPARE(view->messageCount(), 4);
+    const int64_t entriesHigh = m_window->lastFrame().state.kv_entries;
+    setBudget(8);
+    QSignalSpy replayed(m_window->worker(), &SessionWorker::answerReplayed);
+    QSignalSpy finished(m_window.get(), &MainWindow::answerFinished);
+    m_window->replayConversation();
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(replayed.count(), 1);  // the first answer; the last one finishes the replay
+    QCOMPARE(view->messageCount(), 4);
+    QCOMPARE(view->userMessage(0).text, QStringLiteral("What is in the image?"));
+    QCOMPARE(view->userMessage(0).images, QStringList{kImage});
+    QCOMPARE(view->userMessage(1).text, QStringLiteral("And the colours?"));
+    const InspectorFrame& f = m_window->lastFrame();
+    QCOMPARE(f.state.turns, 4);
+    QVERIFY(f.state.kv_entries < entriesHigh);
+    QVERIFY(f.trace);
+    const auto& info = m_window->model().info;
+    QCOMPARE(f.trace->budget_global, int64_t{8} * info.n_layer * info.n_kv_head);
+    QVERIFY(f.state.eviction_events > 0);
+  }
+
+  void theScrubberShowsAPastStepInTheGridStripAndOverlay() {
+    setBudget(8);
+    newConversation();
+    answer(QStringLiteral("What is in the image?"), {kImage});
+    answer(QStringLiteral("And now?"), {});
+    const FrameHistory& history = m_window->history();
+    QVERIFY2(history.size() >= 3, qPrintable(QString::number(history.size())));
+    for (int i = 1; i < history.size(); ++i) QVERIFY(history.at(i).kv->step > history.at(i - 1).kv->step);
+    QSlider* scrubber = m_window->scrubber();
+    QVERIFY(!m_window->isScrubbing());
+    QCOMPARE(scrubber->maximum(), history.size() - 1);
+    QCOMPARE(scrubber->value(), scrubber->maximum());
+
+    // Back to the first stop where the image is in the cache.
+    int k = -1;
+    for (int i = 0; i + 1 < history.size() && k < 0; ++i)
+      if (!history.at(i).state.images.empty()) k = i;
+    QVERIFY(k >= 0);
+    const InspectorFrame past = history.at(k);
+    QVERIFY(past.kv->step < m_window->lastFrame().kv->step);
+    scrubber->setValue(k);
+    QVERIFY(m_window->isScrubbing());
+    QCOMPARE(m_window->shownFrame().kv, past.kv);
+    HeadGrid* grid = m_window->headGrid();
+    for (int l = 0; l < grid->layerCount(); ++l)
+      for (int h = 0; h < grid->headCount(); ++h) QVERIFY(grid->cellCounts(l, h) == past.kv->head(l, h).counts);
+    const trimkv::HeadSnapshot& head = past.kv->head(grid->selectedLayer(), grid->selectedHead());
+    QCOMPARE(m_window->headStrip()->keptCount(), static_cast<int>(head.entries.size()));
+    int keptPatches = 0;
+    for (const auto& e : head.entries)
+      if (e.modality == trimkv::Modality::Image && e.image_id == past.state.images.back().image_id) ++keptPatches;
+    QCOMPARE(m_window->imageOverlay()->keptPatchCount(), keptPatches);
+    QCOMPARE(m_window->timeline()->marker(), past.kv->step);
+
+    // New frames extend the history but leave the view where the user put it.
+    const int before = history.size();
+    answer(QStringLiteral("More?"), {});
+    QVERIFY(history.size() > before);
+    QVERIFY(m_window->isScrubbing());
+    QCOMPARE(m_window->shownFrame().kv, past.kv);
+
+    // Live again: the newest frame, no marker.
+    m_window->scrubTo(history.size() - 1);
+    QVERIFY(!m_window->isScrubbing());
+    QCOMPARE(m_window->shownFrame().kv, m_window->lastFrame().kv);
+    QCOMPARE(m_window->timeline()->marker(), int64_t{-1});
+    // A new conversation starts a new history.
+    newConversation();
+    QCOMPARE(history.size(), 1);
+  }
+
+  void theGuiAnswersAsChatEngineAndTheCommandLineDo() {
+    // Same image, question and settings: greedy, 12 tokens, the policy in force at 16 per head.
+    setBudget(16);
+    m_window->setSystemPrompt(QString());
+    trimkv::GenerationParams params;
+    params.max_new_tokens = 12;
+    params.stop_at_eos = false;
+    m_window->setGenerationParams(params);
+    newConversation();
+    const QString question = QStringLiteral("What is in the image?");
+    const TurnStats gui = answer(question, {kImage});
+    QCOMPARE(gui.generatedTokens, int64_t{12});
+    trimkv::EvictionSettings eviction;
+    eviction.policy = m_window->lastFrame().state.policy;
+    eviction.budget_per_head = 16;
+    QCOMPARE(m_window->lastFrame().state.budget_global,
+             int64_t{16} * m_window->model().info.n_layer * m_window->model().info.n_kv_head);
+
+    // ChatEngine's one-shot generation (a conversation of its own, through the chat template).
+    auto engine = trimkv::vision::ChatEngine::load(m_window->model().dir.toStdString());
+    const trimkv::GenerationResult direct =
+        engine->generate(question.toStdString(), {kImage.toStdString()}, params, eviction, /*chat_template=*/true);
+    QCOMPARE(gui.text, QString::fromStdString(direct.text));
+
+    // The command line, as a user would run it.
+    QProcess cli;
+    cli.start(QStringLiteral(TRIMKV_CLI_PATH),
+              {"generate", "--model", m_window->model().dir, "--image", kImage, "--prompt", question, "--chat",
+               "--max-new-tokens", "12", "--ignore-eos", "--policy", QString::fromStdString(eviction.policy), "--budget",
+               "16", "--json"});
+    QVERIFY(cli.waitForFinished(kTurnTimeoutMs));
+    QVERIFY2(cli.exitStatus() == QProcess::NormalExit && cli.exitCode() == 0, cli.readAllStandardError().constData());
+    const QList<QByteArray> lines = cli.readAllStandardOutput().trimmed().split('\n');
+    const QJsonObject out = QJsonDocument::fromJson(lines.last()).object();
+    QCOMPARE(out.value("text").toString(), gui.text);
+    QCOMPARE(out.value("generated_tokens").toInt(), 12);
+    QCOMPARE(out.value("policy").toString(), QString::fromStdString(eviction.policy));
+  }
+
   void stopEndsGenerationWithin200ms() {
     newConversation();
     m_window->activateWindow();
@@ -356,6 +907,37 @@ class MainWindowTest : public QObject {
     QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
     QVERIFY(m_window->sendButton()->isEnabled());
     QVERIFY(!m_window->stopButton()->isEnabled());
+  }
+
+  void recentModelsListLoadedFoldersAndReloadWithABusyIndicator() {
+    QCOMPARE(RecentModels::withItem({"/a", "/b", "/c"}, QStringLiteral("/b")), (QStringList{"/b", "/a", "/c"}));
+    QStringList many;
+    for (int i = 0; i < 12; ++i) many = RecentModels::withItem(many, QStringLiteral("/m%1").arg(i));
+    QCOMPARE(many.size(), RecentModels::kMax);
+    QCOMPARE(many.first(), QStringLiteral("/m11"));
+
+    // The folder that loaded is listed; the bad one of an earlier test is not.
+    const QString dir = QDir::cleanPath(QDir(m_window->model().dir).absolutePath());
+    const QStringList recent = RecentModels::load();
+    QCOMPARE(recent.value(0), dir);
+    QVERIFY(!recent.contains(QStringLiteral("/nonexistent/model-folder")));
+
+    // File > Open recent model offers it; choosing it loads it again, the busy indicator up
+    // meanwhile (the load runs on the worker thread: the window keeps answering).
+    QMenu* menu = m_window->recentMenu();
+    Q_EMIT menu->aboutToShow();
+    QAction* entry = nullptr;
+    for (QAction* a : menu->actions())
+      if (a->toolTip() == dir) entry = a;
+    QVERIFY(entry);
+    bool indicatorShown = false;
+    connect(m_window.get(), &MainWindow::modelLoadStarted, this,
+            [&] { indicatorShown = m_window->loadIndicator()->isVisible(); });
+    QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
+    entry->trigger();
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QVERIFY(indicatorShown);
+    QTRY_VERIFY(!m_window->loadIndicator()->isVisible());
   }
 };
 

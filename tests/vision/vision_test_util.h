@@ -59,6 +59,7 @@ class CancelAfterEncoding : public trimkv::TurnEncoder {
                            const trimkv::ImageTokenReducer& reduce) const override {
     return m_inner->raw_prompt(content, first_image_id, images, cancel, reduce);
   }
+  std::vector<int32_t> system_turn(const std::string& text) const override { return m_inner->system_turn(text); }
   std::vector<int32_t> assistant_turn(const std::string& text) const override { return m_inner->assistant_turn(text); }
   std::vector<int32_t> close_assistant_turn() const override { return m_inner->close_assistant_turn(); }
   bool m_armed = false;

@@ -113,6 +113,31 @@ GenerationResult ChatEngine::respond_then_give(const std::string& given, const G
 
 void ChatEngine::reset() { m_impl->session->reset(); }
 
+void ChatEngine::set_system_prompt(const std::string& text) { m_impl->session->set_system_prompt(text); }
+
+const std::string& ChatEngine::system_prompt() const { return m_impl->session->system_prompt(); }
+
+std::vector<StreamToken> ChatEngine::tokens(int64_t first) const {
+  const Session& s = *m_impl->session;
+  const std::vector<TokenInfo>& infos = s.cache().bookkeeping().tokens();
+  const std::vector<int32_t>& ids = s.ids();  // the stored stream: lacks the answer in flight
+  const Tokenizer* tok = m_impl->model->text.tokenizer.get();
+  std::vector<StreamToken> out;
+  const int64_t n = static_cast<int64_t>(infos.size());
+  first = std::clamp<int64_t>(first, 0, n);
+  out.reserve(static_cast<size_t>(n - first));
+  for (int64_t t = first; t < n; ++t) {
+    StreamToken st;
+    st.info = infos[static_cast<size_t>(t)];
+    if (t < static_cast<int64_t>(ids.size())) {
+      st.id = ids[static_cast<size_t>(t)];
+      if (tok) st.text = tok->decode({st.id});
+    }
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
 void ChatEngine::set_eviction(const EvictionSettings& eviction) {
   m_impl->configure(*m_impl->session, &eviction);  // throws before changing anything
   m_impl->eviction = eviction;

@@ -29,6 +29,7 @@ std::vector<PolicyDescription> describe_policies() {
     d.uses_budget = p.uses_budget;
     for (const auto& o : p.options)
       d.options.push_back(o.name + "=" + o.default_value + ": " + o.help);
+    d.option_infos = p.options;
     out.push_back(std::move(d));
   }
   return out;

@@ -111,18 +111,40 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
   const int first_image = static_cast<int>(m_images.size());
   auto t0 = std::chrono::steady_clock::now();
   const ImageTokenReducer reduce = image_token_reducer();
-  StreamSegment seg = chat ? m_encoder->user_turn(content, m_stored.empty(), first_image, images, cancel, reduce)
+  // A fresh conversation's first chat turn brings the system turn, which then opens it.
+  const bool opening = m_stored.empty();
+  const bool with_system = chat && opening && !m_system_prompt.empty();
+  // Encoded first: a bad image changes nothing.
+  StreamSegment seg = chat ? m_encoder->user_turn(content, opening && !with_system, first_image, images, cancel, reduce)
                            : m_encoder->raw_prompt(content, first_image, images, cancel, reduce);
+  int turn = m_turn;
   PrefilledPrompt p;
-  p.logits = append(seg, m_turn, cancel);
+  StreamSegment system;
+  if (with_system) {
+    system.ids = m_encoder->system_turn(m_system_prompt);
+    system.infos.assign(system.ids.size(), TokenInfo{});
+    append(system, turn, cancel);  // rolls itself back on error
+    ++turn;
+  }
+  try {
+    p.logits = append(seg, turn, cancel);
+  } catch (...) {
+    if (with_system) {  // the conversation is as before: empty
+      m_stored.pop_back();
+      rebuild();
+    }
+    throw;
+  }
   p.prefill_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  p.ids = seg.ids;
-  p.decode_info.turn = static_cast<int16_t>(m_turn + 1);  // the answer is the next message
+  p.ids = system.ids;  // the prompt the answer follows: system turn (if any) and user turn
+  p.ids.insert(p.ids.end(), seg.ids.begin(), seg.ids.end());
+  p.decode_info.turn = static_cast<int16_t>(turn + 1);  // the answer is the next message
   m_images.insert(m_images.end(), images.begin(), images.end());
+  if (with_system) m_transcript.push_back({"system", {ContentPart::text_part(m_system_prompt)}});
   m_transcript.push_back({"user", content});
   m_chat_turn = chat;
   m_pending = std::move(p);
-  ++m_turn;
+  m_turn = turn + 1;
 }
 
 ImageTokenReducer Session::image_token_reducer() const {

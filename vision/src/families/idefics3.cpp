@@ -61,8 +61,17 @@ int64_t int_field(const json& j, const char* key, int64_t fallback, const std::s
 
 }  // namespace
 
-std::string idefics3_user_turn_open(bool first, bool image_first) {
-  return std::string(first ? kConversationStart : "") + "User" + (image_first ? ":" : ": ");
+namespace {
+// The template's message opening: "<|im_start|>" before the first message, then the role
+// (capitalised) and ":" when the content starts with an image, else ": ".
+std::string turn_open(const char* role, bool first, bool image_first) {
+  return std::string(first ? kConversationStart : "") + role + (image_first ? ":" : ": ");
+}
+}  // namespace
+
+std::string idefics3_user_turn_open(bool first, bool image_first) { return turn_open("User", first, image_first); }
+std::string idefics3_system_turn(const std::string& text) {
+  return turn_open("System", true, false) + text + kEndOfUtterance;
 }
 std::string idefics3_user_turn_close() { return std::string(kEndOfUtterance) + kGenerationPrompt; }
 std::string idefics3_answer_text(const std::string& answer) { return " " + answer + kEndOfUtterance; }
@@ -88,6 +97,9 @@ class Idefics3Encoder final : public TurnEncoder {
                            std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
                            const ImageTokenReducer& reduce) const override {
     return encode(content, "", "", first_image_id, images, cancel, reduce);
+  }
+  std::vector<int32_t> system_turn(const std::string& text) const override {
+    return m_tok->encode(idefics3_system_turn(text));
   }
   std::vector<int32_t> assistant_turn(const std::string& text) const override {
     return m_tok->encode(idefics3_answer_text(text));

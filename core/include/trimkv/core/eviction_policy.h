@@ -20,6 +20,7 @@
 #include "trimkv/core/budget.h"
 #include "trimkv/core/eviction_plan.h"
 #include "trimkv/core/eviction_select.h"
+#include "trimkv/core/eviction_settings.h"
 #include "trimkv/core/kv_bookkeeping.h"
 #include "trimkv/kernels/paged_attention.h"
 
@@ -74,17 +75,9 @@ class EvictionPolicy {
 
 // --- registry --------------------------------------------------------------------------------
 
-// One option of a policy, declared once (STYLE.md §2): the CLI help, validation and the
-// factory's reads all come from this table.
-struct PolicyOptionInfo {
-  enum class Kind { Int, Double, Choice };
-  std::string name;
-  Kind kind = Kind::Int;
-  std::string default_value;  // as text; "auto" = derived from the budget (see help)
-  std::string help;
-  double min = 0, max = 0;           // Int / Double: inclusive range
-  std::vector<std::string> choices;  // Choice
-};
+// One option of a policy: PolicyOptionInfo (eviction_settings.h, a plain-value header that app/
+// sees too), declared once per policy (STYLE.md §2): the CLI help, the GUI's option form,
+// validation and the factory's reads all come from that table.
 
 struct PolicyInfo {
   std::string name;

@@ -27,10 +27,23 @@ struct EvictionSettings {
 void validate_eviction_settings(const EvictionSettings& settings);
 // The budget the settings give (unlimited when neither is set). Validates the values.
 Budget budget_of(const EvictionSettings& settings);
-// Name and summary of every policy, and its options as "name=default: help" lines (for --help).
+// One option of a policy (its registry table, eviction_policy.h): kind, default, range, help.
+struct PolicyOptionInfo {
+  enum class Kind { Int, Double, Choice };
+  std::string name;
+  Kind kind = Kind::Int;
+  std::string default_value;  // as text; "auto" = derived from the budget (see help)
+  std::string help;
+  double min = 0, max = 0;           // Int / Double: inclusive range
+  std::vector<std::string> choices;  // Choice
+};
+
+// Name and summary of every policy, and its options as "name=default: help" lines (for --help)
+// and as their table entries (option_infos, same order: the GUI builds its form from them).
 struct PolicyDescription {
   std::string name, summary;
   std::vector<std::string> options;
+  std::vector<PolicyOptionInfo> option_infos;
   bool needs_gates = false;
   bool uses_budget = true;
 };

@@ -65,6 +65,9 @@ class TurnEncoder {
                                    std::vector<ImageRecord>& images,
                                    const std::atomic<bool>* cancel,
                                    const ImageTokenReducer& reduce = {}) const = 0;
+  // The conversation opening with a system message `text` (ids, all text positions); the user
+  // turn after it is then not `first`. The family's chat template renders it.
+  virtual std::vector<int32_t> system_turn(const std::string& text) const = 0;
   // An assistant answer given as text, after the generation prompt, closed.
   virtual std::vector<int32_t> assistant_turn(const std::string& text) const = 0;
   // What closes an assistant answer whose tokens are already in the stream (its end-of-turn
@@ -84,8 +87,16 @@ class Session {
           const SessionOptions& options = {});
   ~Session();
 
+  // The system message of the next fresh conversation ("" = none, the default): when the first
+  // user turn of a conversation is added (after construction or reset()), the system turn goes
+  // before it, as message 0 of the transcript (role "system"). A conversation already started
+  // keeps the system message it began with; reset() does not clear this setting.
+  void set_system_prompt(std::string text) { m_system_prompt = std::move(text); }
+  const std::string& system_prompt() const { return m_system_prompt; }
   // Appends a user message (chat template) and prefills it; the session then awaits an answer.
-  // Error{Input} when an answer is still pending or the context would overflow.
+  // Error{Input} when an answer is still pending or the context would overflow. The first user
+  // message of a conversation brings the system turn (set_system_prompt) with it; on error
+  // neither is kept.
   void add_user_turn(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel = nullptr);
   // Appends a prompt without chat template (one-shot generation); awaits an answer.
   void add_raw_prompt(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel = nullptr);
@@ -159,6 +170,7 @@ class Session {
   std::vector<int32_t> m_ids;
   std::vector<ImageRecord> m_images;
   std::vector<Message> m_transcript;
+  std::string m_system_prompt;
   int m_turn = 0;
   bool m_chat_turn = false;  // the pending prompt is a chat turn (its answer gets closed)
   PrefilledPrompt m_pending;

@@ -34,6 +34,13 @@ struct ConversationState {
   std::vector<ImageRecord> images;  // every image of the conversation, by image id
 };
 
+// One position of the conversation's token stream, kept or not: what the inspector labels.
+struct StreamToken {
+  int32_t id = -1;   // vocabulary id; -1 while its answer is still being generated
+  std::string text;  // the token decoded alone ("" when id is -1 or the model has no tokenizer)
+  TokenInfo info;    // token index, modality, turn (message), image id, tile, patch row/col
+};
+
 class ChatEngine {
  public:
   // Whether `dir` is a checkpoint of a known vision-language family (reads config.json only).
@@ -47,7 +54,8 @@ class ChatEngine {
 
   // One-shot generation on a fresh conversation: `prompt` with <image> placeholders filled by
   // `images` in order (none: the images go first). chat_template = false: the prompt is used as
-  // is (as the Hugging Face processor does); true: it becomes one user turn of the chat template.
+  // is (as the Hugging Face processor does); true: it becomes one user turn of the chat template
+  // (without the conversation's system prompt: a one-shot prompt carries all it needs).
   GenerationResult generate(const std::string& prompt, const std::vector<std::string>& images,
                             const GenerationParams& params, bool chat_template = false,
                             const TextCallback& on_text = {}, const std::atomic<bool>* cancel = nullptr);
@@ -70,6 +78,14 @@ class ChatEngine {
   Trace trace() const;
   // What the cache holds now, per layer and KV head (the GUI's view).
   KvSnapshot snapshot() const;
+  // The system message of the next fresh conversation ("" = none): applied when the first user
+  // turn after load() or reset() is added, as message 0 (role "system") rendered by the family's
+  // chat template. A conversation already started keeps its own (Session::set_system_prompt).
+  void set_system_prompt(const std::string& text);
+  const std::string& system_prompt() const;
+  // Positions [first, n) of the token stream (n: tokens the cache has seen, including the answer
+  // in flight when called from a TextCallback), kept or evicted.
+  std::vector<StreamToken> tokens(int64_t first = 0) const;
   // Adds a user turn (text with optional <image> placeholders; images without placeholders go
   // first): only its images are encoded and only its tokens prefilled.
   void add_user_turn(const std::string& text, const std::vector<std::string>& images,

@@ -59,7 +59,10 @@ std::string idefics3_image_prompt(int rows, int cols, int image_seq_len);
 // open ("<|im_start|>" when first, then "User:" or "User: " unless the content starts with an
 // image) + content + close ("<end_of_utterance>\nAssistant:"), then the answer text
 // (" " + answer + "<end_of_utterance>\n").
+// A system message opens the conversation: "<|im_start|>System: " + text + "<end_of_utterance>\n"
+// (the user turn after it is not first).
 std::string idefics3_user_turn_open(bool first, bool image_first);
+std::string idefics3_system_turn(const std::string& text);
 std::string idefics3_user_turn_close();
 std::string idefics3_answer_text(const std::string& answer);
 
