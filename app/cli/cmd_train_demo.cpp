@@ -39,6 +39,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       {"export-checkpoint", "", "write the checkpoint's weights to DIR/model.safetensors (to evaluate a run in progress) and stop"},
       {"describe", "P", "probability that an extra turn is a caption"},
       {"attn-weight", "W", "weight of the attention targets (0: off)"},
+      {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
       {"short-images", "K", "max images per conversation in the chat-short stage"},
       {"short-objects", "K", "max objects per image in the chat-short stage"},
@@ -73,6 +74,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.init_from = args.get("init-from");
   o.describe_probability = args.get_double("describe", d.describe_probability);
   o.attn_weight = args.get_double("attn-weight", d.attn_weight);
+  o.freeze_tower = !args.flag("train-tower");
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
   o.chat_short.batch = args.get_int("short-batch", static_cast<int>(d.chat_short.batch));

@@ -6,11 +6,15 @@
 #include <ATen/core/grad_mode.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "demo/demo_internal.h"
 #include "test_util.h"
+#include "trimkv/core/default_model.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/weight_store.h"
@@ -199,4 +203,162 @@ TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {
   o = tiny(dir.file("m"));
   o.size.text_heads = 3;
   CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("inconsistent"));
+}
+
+TEST_CASE("world turns name their subjects: the objects a question is about, recomputed", "[demo][world]") {
+  world::WorldOptions wo;
+  world::TrainingExtras ex;
+  ex.max_extra_turns = 4;
+  ex.describe_probability = 0.3;
+  std::map<std::string, int> seen;
+  for (int64_t i = 0; i < 150; ++i) {
+    const world::Conversation c = world::make_training_conversation(5, i, wo, ex);
+    for (const world::Turn& t : c.turns) {
+      INFO(t.text << " -> " << t.answer);
+      if (t.type == "describe") {
+        CHECK(t.subjects.empty());
+        continue;
+      }
+      REQUIRE((t.subjects.size() == 1 || t.subjects.size() == 2));
+      CHECK((t.subjects.size() == 2) == (t.type.find("left_of") != std::string::npos));
+      // Every attribute a subject names is in the question's text.
+      for (const world::Subject& s : t.subjects) {
+        REQUIRE((s.color >= 0 || s.shape >= 0));
+        if (s.color >= 0) CHECK(t.text.find(world::color_name(static_cast<world::Color>(s.color))) != std::string::npos);
+        if (s.shape >= 0) CHECK(t.text.find(world::shape_name(static_cast<world::Shape>(s.shape))) != std::string::npos);
+      }
+      std::vector<const world::Object*> first;
+      for (int img : t.about)
+        for (const world::Object& o : c.scenes[static_cast<size_t>(img)].objects)
+          if (t.subjects[0].matches(o)) first.push_back(&o);
+      const std::string base = t.type.rfind("in_image_", 0) == 0 ? t.type.substr(9) : t.type;
+      ++seen[base];
+      if (base == "color_of_shape") {
+        REQUIRE(first.size() == 1);
+        CHECK(t.answer == world::color_name(first[0]->color));
+      } else if (base == "shape_of_color") {
+        REQUIRE(first.size() == 1);
+        CHECK(t.answer == world::shape_name(first[0]->shape));
+      } else if (base == "count_shape" || base == "count_color" || base == "total_shape") {
+        CHECK(t.answer == std::to_string(first.size()));
+      } else if (base == "exists") {
+        CHECK(t.answer == (first.empty() ? "no" : "yes"));
+      } else if (base == "position") {
+        CHECK(first.size() == 1);
+      } else if (base == "left_of") {
+        std::vector<const world::Object*> second;
+        for (const world::Object& o : c.scenes[static_cast<size_t>(t.about[0])].objects)
+          if (t.subjects[1].matches(o)) second.push_back(&o);
+        REQUIRE(first.size() == 1);
+        REQUIRE(second.size() == 1);
+        CHECK(t.answer == (first[0]->cx < second[0]->cx ? "yes" : "no"));
+      }
+    }
+  }
+  for (const char* type : {"color_of_shape", "shape_of_color", "count_shape", "count_color", "exists", "position",
+                           "left_of", "more_shape", "total_shape"})
+    CHECK(seen[type] > 0);
+}
+
+TEST_CASE("demo attention targets: labels, question words, named objects' cells, answer", "[demo][training]") {
+  const std::string dir = default_model_dir();
+  const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
+  const DemoModelSize size;
+  const demo::DemoData data(tok, size, proc);
+  const int32_t image_id = tok.token_to_id("<image>");
+  world::WorldOptions wo;
+  int checked_objects = 0;
+  for (int64_t i = 0; i < 30; ++i) {
+    const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, wo);
+    demo::DemoData::Images images;
+    const demo::DemoSequence seq = data.layout(conv, images);
+    auto text_of = [&](const std::vector<int64_t>& pos) {
+      std::vector<int32_t> ids;
+      for (int64_t p : pos) ids.push_back(static_cast<int32_t>(seq.ids[static_cast<size_t>(p)]));
+      return tok.decode(ids);
+    };
+    // Hop 0: every visual token once, looking at its own image's label.
+    const demo::AttnHop& labels = seq.hops[0];
+    REQUIRE(labels.rows == seq.image_pos);
+    for (size_t r = 0; r < labels.rows.size(); ++r) {
+      const int img = static_cast<int>(r / static_cast<size_t>(data.image_seq_len()));
+      CHECK(text_of(labels.head0[r]).find(world::image_label(img)) != std::string::npos);
+    }
+    // Hop 3 rows: the positions that predict each supervised turn's first answer token; hop 1 and
+    // 2 rows: question words naming the subjects, before them.
+    const demo::AttnHop& answer = seq.hops[3];
+    for (size_t t = 0; t < answer.rows.size(); ++t) {
+      CHECK(std::find(seq.label_pos.begin(), seq.label_pos.end(), answer.rows[t]) != seq.label_pos.end());
+      for (int64_t w : {answer.head0[t][0], answer.head1[t][0]}) {
+        CHECK(w < answer.rows[t]);
+        CHECK(std::find(seq.hops[2].rows.begin(), seq.hops[2].rows.end(), w) != seq.hops[2].rows.end());
+      }
+    }
+    REQUIRE(seq.hops[1].rows == seq.hops[2].rows);
+    for (size_t r = 0; r < seq.hops[2].rows.size(); ++r) {
+      const std::string word = text_of({seq.hops[2].rows[r]});
+      INFO(word);
+      bool names_attribute = false;
+      for (int s = 0; s < world::kNumShapes; ++s)
+        names_attribute |= word == std::string(" ") + world::shape_name(static_cast<world::Shape>(s)) ||
+                           word == std::string(" ") + world::shape_plural(static_cast<world::Shape>(s));
+      for (int c = 0; c < world::kNumColors; ++c)
+        names_attribute |= word == std::string(" ") + world::color_name(static_cast<world::Color>(c));
+      CHECK(names_attribute);
+      // The targets of hop 2 are visual tokens, earlier than the word.
+      for (int64_t p : seq.hops[2].head0[r]) {
+        CHECK(seq.ids[static_cast<size_t>(p)] == image_id);
+        CHECK(p < seq.hops[2].rows[r]);
+      }
+      checked_objects += static_cast<int>(seq.hops[2].head0[r].size());
+    }
+  }
+  CHECK(checked_objects > 100);
+}
+
+TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets", "[demo][training]") {
+  at::manual_seed(3);
+  const int64_t n = 9, heads = 4, kv = 2, hd = 8;
+  const at::Tensor q = at::randn({n, heads, hd}), k = at::randn({n, kv, hd});
+  const std::vector<int64_t> rows = {2, 5, 8};
+  const std::vector<std::vector<int64_t>> targets = {{0, 2}, {4}, {1, 3, 7}};
+  for (int64_t head : {0, 1, 3}) {
+    double expected = 0;
+    for (size_t t = 0; t < rows.size(); ++t) {
+      // Brute force: the head's attention row over positions 0..rows[t] (scaled dot products).
+      std::vector<double> logit;
+      for (int64_t j = 0; j <= rows[t]; ++j)
+        logit.push_back((q[rows[t]][head] * k[j][head / (heads / kv)]).sum().item<double>() / std::sqrt(8.0));
+      double z = 0, mass = 0;
+      for (double l : logit) z += std::exp(l);
+      for (int64_t j : targets[t]) mass += std::exp(logit[static_cast<size_t>(j)]) / z;
+      expected -= std::log(mass);
+    }
+    CHECK(demo::attention_mass_loss(q, k, head, rows, targets).item<double>() == Approx(expected).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("demo chat stages with a frozen tower give the tower no gradient", "[demo][training]") {
+  test::ScratchDir dir("demo-frozen");
+  const std::string src = default_model_dir();
+  demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4);
+  const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src));
+  demo::DemoBatch batch;
+  demo::DemoData::Images images;
+  batch.seqs.push_back(data.layout(world::make_conversation(2, world::Split::Train, 0, world::WorldOptions{}), images));
+  demo::DemoData::finish(images, batch);
+  for (bool train_tower : {false, true}) {
+    for (auto* list : {&model.vision_params, &model.text_params})
+      for (auto& p : *list) p.tensor.mutable_grad() = at::Tensor();
+    const demo::BatchLoss l = demo::batch_loss(model, batch, true, train_tower);
+    (l.answer + l.aux + l.attn).backward();
+    for (const auto& p : model.vision_params) {
+      INFO(p.name << " train_tower " << train_tower);
+      const bool tower = p.name.rfind("vision.", 0) == 0;
+      CHECK(p.tensor.grad().defined() == (train_tower || !tower));
+    }
+    CHECK(model.text_params.front().tensor.grad().defined());
+  }
 }

@@ -161,6 +161,7 @@ at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t
                                const std::vector<int64_t>& rows,
                                const std::vector<std::vector<int64_t>>& targets);
 // Forward over a batch (tower once for all images, then each sequence through the decoder).
-BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers);
+// train_tower = false: the tower runs without gradients (the connector and probes still get them).
+BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower);
 
 }  // namespace trimkv::vision::demo

@@ -61,9 +61,15 @@ at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t
   return -at::logsumexp(logp.masked_fill(~target, -INFINITY), -1).sum();
 }
 
-BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers) {
+BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower) {
   BatchLoss out;
-  const at::Tensor tower = model.vision->tower_batched(batch.pixels);                          // [N, P, D]
+  at::Tensor tower;  // [N, P, D]
+  if (train_tower) {
+    tower = model.vision->tower_batched(batch.pixels);
+  } else {
+    at::NoGradGuard frozen;
+    tower = model.vision->tower_batched(batch.pixels);
+  }
   const at::Tensor feats = model.vision->connector(tower);                                     // [N, seq, h]
   const at::Tensor probe = at::linear(feats, model.aux_w, model.aux_b);                        // [N, seq, K]
   const at::Tensor patch = at::linear(tower, model.patch_w, model.patch_b);                    // [N, P, 11]
@@ -182,6 +188,7 @@ json options_json(const DemoTrainOptions& o) {
           {"clip", o.clip},
           {"aux_weight", o.aux_weight},
           {"attn_weight", o.attn_weight},
+          {"freeze_tower", o.freeze_tower},
           {"max_extra_turns", o.max_extra_turns},
           {"describe_probability", o.describe_probability},
           {"tokenizer_conversations", o.tokenizer_conversations}};
@@ -213,6 +220,17 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 std::vector<NamedParameter> all_params(const DemoModel& m) {
   std::vector<NamedParameter> p = m.vision_params;
+  p.insert(p.end(), m.text_params.begin(), m.text_params.end());
+  return p;
+}
+
+// What a stage trains: the vision stage the tower, connector and probes; the chat stages also
+// the decoder, and the tower only when it is not frozen.
+std::vector<NamedParameter> stage_params(const DemoModel& m, bool vision_only, bool freeze_tower) {
+  if (vision_only) return m.vision_params;
+  std::vector<NamedParameter> p;
+  for (const NamedParameter& v : m.vision_params)
+    if (!freeze_tower || v.name.rfind("vision.", 0) != 0) p.push_back(v);
   p.insert(p.end(), m.text_params.begin(), m.text_params.end());
   return p;
 }
@@ -304,7 +322,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         s.first_image -= first;
         b.seqs.push_back(std::move(s));
       }
-      const BatchLoss l = batch_loss(model, b, answers);
+      const BatchLoss l = batch_loss(model, b, answers, false);
       total.n_turns += l.n_turns, total.n_correct += l.n_correct;
       total.n_single += l.n_single, total.c_single += l.c_single;
       total.n_multi += l.n_multi, total.c_multi += l.c_multi;
@@ -377,7 +395,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     AdamWOptions ao;
     ao.weight_decay = o.weight_decay;
     ao.clip = o.clip;
-    AdamW adam(st.vision_only ? model.vision_params : all_params(model), ao);
+    AdamW adam(stage_params(model, st.vision_only, o.freeze_tower), ao);
     if (ckpt_file && step > 0) adam.load_state("adam.", *ckpt_file, ckpt_path);
     ckpt_file = nullptr;
     auto save = [&](int64_t next_stage, int64_t next_step, bool with_adam) {
@@ -424,7 +442,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       const double lr = warmup_cosine_lr(step + 1, std::min(o.warmup, st.cfg.steps / 4), st.cfg.steps, st.cfg.lr,
                                          st.cfg.lr * o.min_lr_fraction);
       adam.zero_grad();
-      const BatchLoss l = batch_loss(model, batch, !st.vision_only);
+      const BatchLoss l = batch_loss(model, batch, !st.vision_only, st.vision_only || !o.freeze_tower);
       at::Tensor loss = st.vision_only ? l.aux : l.answer + o.aux_weight * l.aux + o.attn_weight * l.attn;
       loss.backward();
       adam.step(lr);
