@@ -44,6 +44,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       {"short-images", "K", "max images per conversation in the chat-short stage"},
       {"short-objects", "K", "max objects per image in the chat-short stage"},
       {"short-batch", "N", "conversations per step in the chat-short stage"},
+      {"short-ramp", "N", "chat-short steps over which objects per image grow from 1 to the maximum"},
       {"threads", "N", "CPU threads (default: all cores)"},
       {"help", "", "show this help"},
   };
@@ -78,6 +79,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
   o.chat_short.batch = args.get_int("short-batch", static_cast<int>(d.chat_short.batch));
+  o.chat_short.objects_ramp = args.get_int("short-ramp", static_cast<int>(d.chat_short.objects_ramp));
   o.threads = args.get_int("threads", 0);
   const bool tty = isatty(fileno(stderr));
 

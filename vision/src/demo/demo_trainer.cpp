@@ -173,6 +173,7 @@ json options_json(const DemoTrainOptions& o) {
   auto stage = [](const DemoStage& s) {
     json j{{"steps", s.steps}, {"batch", s.batch}, {"lr", s.lr}, {"max_images", s.max_images}};
     if (s.max_objects != world::kMaxObjectsLimit) j["max_objects"] = s.max_objects;  // only when not the default
+    if (s.objects_ramp != 0) j["objects_ramp"] = s.objects_ramp;
     return j;
   };
   json j = {{"seed", o.seed},
@@ -203,6 +204,8 @@ void check_options(const DemoTrainOptions& o) {
                                 {"chat", &o.chat}}) {
     TRIMKV_CHECK(s->steps >= 0 && s->batch > 0 && s->lr > 0, Input, "stage ", name,
                  ": steps must be >= 0, batch > 0 and lr > 0 (got ", s->steps, ", ", s->batch, ", ", s->lr, ")");
+    TRIMKV_CHECK(s->objects_ramp >= 0 && s->max_objects >= 1 && s->max_objects <= world::kMaxObjectsLimit, Input,
+                 "stage ", name, ": max objects must be in 1..", world::kMaxObjectsLimit, " and the ramp >= 0");
     TRIMKV_CHECK(s->max_images >= 1 && s->max_images <= world::kMaxImagesLimit, Input, "stage ", name,
                  ": max images must be in 1..", world::kMaxImagesLimit);
   }
@@ -425,6 +428,9 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         return result;
       }
       // The step's data: conversation indices stage * stride + step * batch + b.
+      if (st.cfg.objects_ramp > 0)
+        sw.max_objects = static_cast<int>(std::min<int64_t>(
+            st.cfg.max_objects, 1 + step * st.cfg.max_objects / st.cfg.objects_ramp));
       DemoBatch batch;
       DemoData::Images images;
       for (int64_t b = 0; b < st.cfg.batch; ++b) {

@@ -49,6 +49,10 @@ struct DemoStage {
   double lr = 2e-3;
   int max_images = 8;   // chat stages: world option
   int max_objects = 6;  // objects per image (world option): fewer make a gentler start
+  // Steps over which the objects per image grow from 1 to max_objects (0: max_objects from the
+  // start). With one object the decoder learns to read what it looks at; more objects then
+  // teach it to look at the right one.
+  int64_t objects_ramp = 0;
 };
 
 struct DemoTrainOptions {
