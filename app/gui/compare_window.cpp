@@ -165,6 +165,7 @@ void CompareWindow::start() {
     updateTitle(s);
   }
   showAnswers();
+  selectHead(m_panes[0].grid->selectedLayer(), m_panes[0].grid->selectedHead());  // labels of the empty sides
   m_running = true;
   m_progress->setRange(0, 0);
   m_status->setText(tr("Starting…"));

@@ -248,6 +248,7 @@ void EvaluateWindow::rebuildChart() {
   auto* y = new QValueAxis;
   y->setTitleText(tr("accuracy"));
   y->setRange(0, 1);
+  y->setTickCount(6);
   y->setLabelFormat(QStringLiteral("%.1f"));
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);

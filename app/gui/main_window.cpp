@@ -1348,6 +1348,7 @@ void MainWindow::sendSampleTurn() {
 
 void MainWindow::buildTour() {
   m_tour = new TourPanel(this);
+  m_tour->setAnchor(m_conversation);
   QToolBar* policyBar = findChild<QToolBar*>(QStringLiteral("policyToolbar"));
   std::vector<TourStep> steps;
   steps.push_back({tr("Send the sample turn"),

@@ -97,7 +97,8 @@ void TourPanel::showStep(int index) {
   m_action->setText(s.actionLabel);
   m_back->setEnabled(index > 0);
   m_next->setText(index + 1 < stepCount() ? tr("Next") : tr("Finish"));
-  adjustSize();
+  // The wrapped text decides the height at the panel's fixed width.
+  resize(width(), std::max(sizeHint().height(), heightForWidth(width())));
   place();
   Q_EMIT stepShown(index);
 }
@@ -130,8 +131,13 @@ void TourPanel::place() {
   if (!window || !isVisible()) return;
   QWidget* target = currentTarget();
   m_highlight->follow(target);
-  // Bottom-left, above the status bar; moved to the right half when it would cover its target.
+  // Over the lower left of the anchor (the conversation, mostly empty space), else of the window;
+  // moved to the right, then up, when it would cover its target.
   QPoint at(12, window->height() - height() - 36);
+  if (m_anchor && m_anchor->isVisible()) {
+    const QPoint a = m_anchor->mapTo(window, QPoint(0, m_anchor->height()));
+    at = QPoint(a.x() + 12, a.y() - height() - 12);
+  }
   if (target) {
     const QRect t(target->mapTo(window, QPoint(0, 0)), target->size());
     if (t.intersects(QRect(at, size()))) at.setX(std::max(12, window->width() - width() - 12));

@@ -47,6 +47,8 @@ class TourPanel : public QFrame {
   explicit TourPanel(QWidget* window);
 
   void setSteps(std::vector<TourStep> steps);
+  // The panel sits over the lower left of `anchor` (default: of the window).
+  void setAnchor(QWidget* anchor) { m_anchor = anchor; }
   int stepCount() const { return static_cast<int>(m_steps.size()); }
   int currentStep() const { return m_current; }
   void start();  // shows step 0
@@ -77,5 +79,6 @@ class TourPanel : public QFrame {
   QPushButton* m_action = nullptr;
   QPushButton* m_close = nullptr;
   TourHighlight* m_highlight = nullptr;
-  QTimer* m_follow = nullptr;  // keeps the highlight on its widget while splitters move
+  QTimer* m_follow = nullptr;
+  QPointer<QWidget> m_anchor;  // keeps the highlight on its widget while splitters move
 };

@@ -100,6 +100,8 @@ class MainWindowTest : public QObject {
   }
 
   // With TRIMKV_GUI_SHOTS=DIR, saves what `w` shows to DIR/name (to look at the windows).
+  QRect onWindowRect(QWidget* w) const { return {w->mapTo(m_window.get(), QPoint(0, 0)), w->size()}; }
+
   static void saveShot(QWidget* w, const QString& name) {
     const QString dir = qEnvironmentVariable("TRIMKV_GUI_SHOTS");
     if (!dir.isEmpty()) w->grab().save(QDir(dir).filePath(name));
@@ -1032,6 +1034,7 @@ class MainWindowTest : public QObject {
     QCOMPARE(m_window->conversation()->messageCount(), messages);
     QCOMPARE(m_window->lastFrame().state.tokens, chatTokens);
 
+    saveShot(cw, QStringLiteral("compare.png"));
     // Cancel ends a run promptly, and the window can run again afterwards.
     QSignalSpy progress(m_window->analysisWorker(), &AnalysisWorker::progress);
     cw->start();
@@ -1044,7 +1047,6 @@ class MainWindowTest : public QObject {
     QVERIFY(clock.elapsed() < 5000);
     QVERIFY(!cw->isRunning());
     QVERIFY(cw->runButton()->isEnabled());
-    saveShot(cw, QStringLiteral("compare.png"));
     cw->close();
   }
 
@@ -1113,6 +1115,7 @@ class MainWindowTest : public QObject {
     QVERIFY(lines[0].startsWith("policy,budget_per_head,budget_global,accuracy"));
     QVERIFY(lines[2].startsWith("h2o,4,"));
     QVERIFY(!QImage(png).isNull());
+    saveShot(ev, QStringLiteral("evaluate.png"));
 
     // Cancel: a long run stops within moments and leaves the app usable.
     ev->conversationsSpin()->setValue(20);
@@ -1128,7 +1131,6 @@ class MainWindowTest : public QObject {
     QVERIFY(!ev->isRunning());
     QVERIFY(ev->runButton()->isEnabled());
     QCOMPARE(ev->table()->rowCount(), 3);  // the finished rows stay
-    saveShot(ev, QStringLiteral("evaluate.png"));
     ev->close();
     const TurnStats stats = answer(QStringLiteral("Still there?"), {});
     QVERIFY(stats.generatedTokens > 0);
@@ -1175,6 +1177,8 @@ class MainWindowTest : public QObject {
       QVERIFY2(target->isVisible(), qPrintable(QStringLiteral("step %1's widget is hidden").arg(i)));
       QVERIFY(tour->highlight()->isVisible());
       QCOMPARE(tour->highlight()->target(), target);
+      QVERIFY(!tour->geometry().intersects(onWindowRect(target)));  // the panel does not hide its widget
+      QVERIFY(tour->height() >= tour->heightForWidth(tour->width()));  // its whole text shows
       const QRect onWindow(target->mapTo(m_window.get(), QPoint(0, 0)), target->size());
       QVERIFY(tour->highlight()->geometry().contains(onWindow));
       if (i == 3) saveShot(m_window.get(), QStringLiteral("tour.png"));
