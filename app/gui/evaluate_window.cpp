@@ -16,7 +16,7 @@
 #include <QtCharts/QChart>
 #include <QtCharts/QChartView>
 #include <QtCharts/QLineSeries>
-#include <QtCharts/QScatterSeries>
+#include <QtCharts/QLogValueAxis>
 #include <QtCharts/QValueAxis>
 #include <algorithm>
 #include <map>
@@ -242,9 +242,11 @@ void EvaluateWindow::rebuildChart() {
     chart->removeAxis(a);
     delete a;
   }
-  auto* x = new QValueAxis;
-  x->setTitleText(tr("budget M (KV entries per layer and KV head)"));
-  x->setLabelFormat(QStringLiteral("%d"));
+  // Budgets usually double from one to the next: a base-2 log axis spaces them evenly.
+  auto* x = new QLogValueAxis;
+  x->setBase(2);
+  x->setTitleText(tr("budget M per KV head (log scale)"));
+  x->setLabelFormat(QStringLiteral("%g"));
   auto* y = new QValueAxis;
   y->setTitleText(tr("accuracy"));
   y->setRange(0, 1);
@@ -252,9 +254,15 @@ void EvaluateWindow::rebuildChart() {
   y->setLabelFormat(QStringLiteral("%.1f"));
   chart->addAxis(x, Qt::AlignBottom);
   chart->addAxis(y, Qt::AlignLeft);
-  qint64 most = 1;
-  for (const EvalCell& c : m_cells) most = std::max(most, c.budgetPerHead);
-  x->setRange(0, static_cast<double>(most) * 1.05);
+  qint64 least = 0, most = 0;
+  for (const EvalCell& c : m_cells)
+    if (c.budgetPerHead > 0) {
+      least = least == 0 ? c.budgetPerHead : std::min(least, c.budgetPerHead);
+      most = std::max(most, c.budgetPerHead);
+    }
+  if (most == 0) least = most = 16;  // only the reference yet
+  const double xMin = static_cast<double>(least) / 2, xMax = static_cast<double>(most) * 2;
+  x->setRange(xMin, xMax);
 
   std::map<QString, QLineSeries*> lines;
   int k = 0;
@@ -263,8 +271,8 @@ void EvaluateWindow::rebuildChart() {
       auto* ref = new QLineSeries;
       ref->setName(tr("full cache (%1%)").arg(100.0 * c.accuracy, 0, 'f', 1));
       ref->setPen(QPen(ModalityPalette::special(), 2, Qt::DashLine));
-      ref->append(0, c.accuracy);
-      ref->append(static_cast<double>(most) * 1.05, c.accuracy);
+      ref->append(xMin, c.accuracy);
+      ref->append(xMax, c.accuracy);
       chart->addSeries(ref);
       ref->attachAxis(x);
       ref->attachAxis(y);
