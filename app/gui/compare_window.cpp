@@ -67,7 +67,8 @@ QWidget* CompareWindow::buildPane(int side) {
   auto* settings = new QHBoxLayout;
   settings->addWidget(new QLabel(side == 0 ? tr("<b>A</b> policy:") : tr("<b>B</b> policy:"), box));
   p.policy = new QComboBox(box);
-  p.policy->setToolTip(tr("The eviction policy of this side (its options at their defaults)"));
+  p.policy->setToolTip(tr("The eviction policy of this side (with the chat's options when it is the chat's policy, else "
+                          "its defaults)"));
   settings->addWidget(p.policy, 1);
   settings->addWidget(new QLabel(tr("budget:"), box));
   p.budget = new QSpinBox(box);
@@ -135,6 +136,8 @@ void CompareWindow::setSide(int side, const trimkv::EvictionSettings& settings) 
   Pane& p = m_panes[side];
   const int i = p.policy->findData(QString::fromStdString(settings.policy));
   if (i >= 0) p.policy->setCurrentIndex(i);
+  p.optionsPolicy = settings.policy;
+  p.options = settings.options;
   if (settings.budget_per_head) p.budget->setValue(static_cast<int>(std::min<int64_t>(*settings.budget_per_head, kMaxBudget)));
   updateControls();
 }
@@ -148,6 +151,7 @@ trimkv::EvictionSettings CompareWindow::side(int side) const {
   for (const trimkv::PolicyDescription& d : m_policies)
     if (d.name == s.policy) usesBudget = d.uses_budget;
   if (usesBudget) s.budget_per_head = p.budget->value();
+  if (s.policy == p.optionsPolicy) s.options = p.options;
   s.slack = 0;  // compress exactly at the budget: both sides hold what their budget says
   return s;
 }
@@ -259,6 +263,7 @@ void CompareWindow::updateTitle(int side) {
   const Pane& p = m_panes[side];
   const trimkv::EvictionSettings s = this->side(side);
   QString setting = QString::fromStdString(s.policy);
+  for (const std::string& o : s.options) setting += QLatin1Char(' ') + QString::fromStdString(o);
   if (s.budget_per_head) setting += tr(", M = %1 entries per head").arg(*s.budget_per_head);
   QString held;
   if (p.frame.kv)

@@ -32,9 +32,11 @@ class CompareWindow : public QWidget {
 
   // The policies the combo boxes offer (the eviction engine's).
   void setPolicies(const std::vector<trimkv::PolicyDescription>& policies);
-  // Side 0 = A, 1 = B. The policy (and budget per head, when it takes one) of `settings`.
+  // Side 0 = A, 1 = B. The policy (and budget per head, when it takes one) of `settings`; its
+  // policy options are kept while that policy stays chosen.
   void setSide(int side, const trimkv::EvictionSettings& settings);
-  // What side runs under: policy, budget per head (if the policy takes one), slack 0.
+  // What side runs under: policy, its options (from setSide, when the policy is still the one
+  // set), budget per head (if the policy takes one), slack 0.
   trimkv::EvictionSettings side(int side) const;
 
   // Run: clears both sides and emits runRequested (nothing when a run is in flight).
@@ -78,6 +80,8 @@ class CompareWindow : public QWidget {
     ImageOverlay* overlay = nullptr;
     QLabel* headLabel = nullptr;
     QStringList questions, answerTexts;
+    std::string optionsPolicy;         // the policy `options` belong to
+    std::vector<std::string> options;  // from setSide
     InspectorFrame frame;
   };
   QWidget* buildPane(int side);

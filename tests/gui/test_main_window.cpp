@@ -979,6 +979,10 @@ class MainWindowTest : public QObject {
     m_window->compareAction()->trigger();
     CompareWindow* cw = m_window->compareWindow();
     QVERIFY(cw->isVisible());
+    // It opens on the full cache (A) against what the chat runs under (B).
+    const std::string chatPolicy = m_window->lastFrame().state.policy;
+    QCOMPARE(cw->side(0).policy, std::string("full"));
+    QCOMPARE(cw->side(1).policy, chatPolicy == "full" ? std::string("h2o") : chatPolicy);
     trimkv::EvictionSettings full;
     full.policy = "full";
     trimkv::EvictionSettings small;
