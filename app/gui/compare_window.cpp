@@ -10,13 +10,17 @@
 #include <QSpinBox>
 #include <QSplitter>
 #include <QTextBrowser>
+#include <QMenu>
+#include <QToolButton>
 #include <QVBoxLayout>
+#include <QWidgetAction>
 #include <algorithm>
 
 #include "head_grid.h"
 #include "head_strip.h"
 #include "image_overlay.h"
 #include "modality_palette.h"
+#include "policy_options_form.h"
 
 namespace {
 constexpr int kMaxBudget = 1 << 20;
@@ -67,9 +71,20 @@ QWidget* CompareWindow::buildPane(int side) {
   auto* settings = new QHBoxLayout;
   settings->addWidget(new QLabel(side == 0 ? tr("<b>A</b> policy:") : tr("<b>B</b> policy:"), box));
   p.policy = new QComboBox(box);
-  p.policy->setToolTip(tr("The eviction policy of this side (with the chat's options when it is the chat's policy, else "
-                          "its defaults)"));
+  p.policy->setToolTip(tr("The eviction policy of this side"));
   settings->addWidget(p.policy, 1);
+  p.optionsButton = new QToolButton(box);
+  p.optionsButton->setText(tr("Options"));
+  p.optionsButton->setToolTip(tr("The options of this side's policy (lookahead, floor, window, …)"));
+  p.optionsButton->setPopupMode(QToolButton::InstantPopup);
+  auto* optionsMenu = new QMenu(p.optionsButton);
+  auto* optionsAction = new QWidgetAction(optionsMenu);
+  p.options = new PolicyOptionsForm(optionsMenu);
+  optionsAction->setDefaultWidget(p.options);
+  optionsMenu->addAction(optionsAction);
+  p.optionsButton->setMenu(optionsMenu);
+  settings->addWidget(p.optionsButton);
+  connect(p.options, &PolicyOptionsForm::optionsEdited, this, [this, side] { updateTitle(side); });
   settings->addWidget(new QLabel(tr("budget:"), box));
   p.budget = new QSpinBox(box);
   p.budget->setRange(1, kMaxBudget);
@@ -78,7 +93,10 @@ QWidget* CompareWindow::buildPane(int side) {
   p.budget->setToolTip(tr("M: KV entries each KV head of each layer may keep (M_global = M·L·H_kv over the model)"));
   settings->addWidget(p.budget);
   v->addLayout(settings);
-  connect(p.policy, qOverload<int>(&QComboBox::currentIndexChanged), this, [this] { updateControls(); });
+  connect(p.policy, qOverload<int>(&QComboBox::currentIndexChanged), this, [this, side] {
+    syncOptionsForm(side);
+    updateControls();
+  });
   connect(p.budget, qOverload<int>(&QSpinBox::valueChanged), this, [this, side] { updateTitle(side); });
 
   p.title = new QLabel(box);
@@ -136,8 +154,8 @@ void CompareWindow::setSide(int side, const trimkv::EvictionSettings& settings) 
   Pane& p = m_panes[side];
   const int i = p.policy->findData(QString::fromStdString(settings.policy));
   if (i >= 0) p.policy->setCurrentIndex(i);
-  p.optionsPolicy = settings.policy;
-  p.options = settings.options;
+  syncOptionsForm(side);
+  if (p.options->policy() == settings.policy) p.options->setOptions(settings.options);
   if (settings.budget_per_head) p.budget->setValue(static_cast<int>(std::min<int64_t>(*settings.budget_per_head, kMaxBudget)));
   updateControls();
 }
@@ -151,7 +169,7 @@ trimkv::EvictionSettings CompareWindow::side(int side) const {
   for (const trimkv::PolicyDescription& d : m_policies)
     if (d.name == s.policy) usesBudget = d.uses_budget;
   if (usesBudget) s.budget_per_head = p.budget->value();
-  if (s.policy == p.optionsPolicy) s.options = p.options;
+  if (p.options->policy() == s.policy) s.options = p.options->options();
   s.slack = 0;  // compress exactly at the budget: both sides hold what their budget says
   return s;
 }
@@ -279,12 +297,21 @@ void CompareWindow::updateTitle(int side) {
                                                            setting.toHtmlEscaped(), held));
 }
 
+void CompareWindow::syncOptionsForm(int side) {
+  Pane& p = m_panes[side];
+  const std::string policy = p.policy->currentData().toString().toStdString();
+  if (p.options->policy() != policy)
+    for (const trimkv::PolicyDescription& d : m_policies)
+      if (d.name == policy) p.options->setPolicy(d);
+}
+
 void CompareWindow::updateControls() {
   for (int s = 0; s < 2; ++s) {
     Pane& p = m_panes[s];
     p.policy->setEnabled(!m_running);
     const trimkv::EvictionSettings settings = side(s);
     p.budget->setEnabled(!m_running && settings.budget_per_head.has_value());
+    p.optionsButton->setEnabled(!m_running && !p.options->optionNames().isEmpty());
     if (!m_running) updateTitle(s);
   }
   m_run->setEnabled(!m_running && !m_policies.empty());

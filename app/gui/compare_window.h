@@ -15,6 +15,8 @@
 #include "session_types.h"
 
 class HeadGrid;
+class PolicyOptionsForm;
+class QToolButton;
 class HeadStrip;
 class ImageOverlay;
 class QComboBox;
@@ -32,11 +34,11 @@ class CompareWindow : public QWidget {
 
   // The policies the combo boxes offer (the eviction engine's).
   void setPolicies(const std::vector<trimkv::PolicyDescription>& policies);
-  // Side 0 = A, 1 = B. The policy (and budget per head, when it takes one) of `settings`; its
-  // policy options are kept while that policy stays chosen.
+  // Side 0 = A, 1 = B. The policy, its options and the budget per head (when it takes one) of
+  // `settings`.
   void setSide(int side, const trimkv::EvictionSettings& settings);
-  // What side runs under: policy, its options (from setSide, when the policy is still the one
-  // set), budget per head (if the policy takes one), slack 0.
+  // What side runs under: policy, the options shown in its Options form, budget per head (if the
+  // policy takes one), slack 0.
   trimkv::EvictionSettings side(int side) const;
 
   // Run: clears both sides and emits runRequested (nothing when a run is in flight).
@@ -59,6 +61,7 @@ class CompareWindow : public QWidget {
   const InspectorFrame& frame(int side) const { return m_panes[side].frame; }
   QComboBox* policyCombo(int side) const { return m_panes[side].policy; }
   QSpinBox* budgetSpin(int side) const { return m_panes[side].budget; }
+  PolicyOptionsForm* optionsForm(int side) const { return m_panes[side].options; }
   QPushButton* runButton() const { return m_run; }
   QPushButton* cancelButton() const { return m_cancel; }
   QProgressBar* progressBar() const { return m_progress; }
@@ -80,8 +83,8 @@ class CompareWindow : public QWidget {
     ImageOverlay* overlay = nullptr;
     QLabel* headLabel = nullptr;
     QStringList questions, answerTexts;
-    std::string optionsPolicy;         // the policy `options` belong to
-    std::vector<std::string> options;  // from setSide
+    PolicyOptionsForm* options = nullptr;  // the chosen policy's options (the chat's own form)
+    QToolButton* optionsButton = nullptr;
     InspectorFrame frame;
   };
   QWidget* buildPane(int side);
@@ -89,6 +92,7 @@ class CompareWindow : public QWidget {
   void showAnswers();  // both sides, differences marked
   void updateControls();
   void updateTitle(int side);
+  void syncOptionsForm(int side);  // the form shows the combo's policy
 
   Pane m_panes[2];
   std::vector<trimkv::PolicyDescription> m_policies;

@@ -988,8 +988,21 @@ class MainWindowTest : public QObject {
     trimkv::EvictionSettings small;
     small.policy = "h2o";
     small.budget_per_head = 4;
+    // A side's policy options: the chat's own form, in an Options menu per side.
+    trimkv::EvictionSettings snap;
+    snap.policy = "snapkv";
+    snap.options = {"window=4"};
+    snap.budget_per_head = 8;
+    cw->setSide(1, snap);
+    QCOMPARE(cw->side(1).options, std::vector<std::string>{"window=4"});
+    auto* window = qobject_cast<QSpinBox*>(cw->optionsForm(1)->editor(QStringLiteral("window")));
+    QVERIFY(window);
+    QCOMPARE(window->value(), 4);
+    window->setValue(6);
+    QCOMPARE(cw->side(1).options, std::vector<std::string>{"window=6"});
     cw->setSide(0, full);
     cw->setSide(1, small);
+    QVERIFY(cw->side(1).options.empty());
     QCOMPARE(cw->side(1).policy, std::string("h2o"));
     QCOMPARE(*cw->side(1).budget_per_head, int64_t{4});
     QVERIFY(!cw->side(0).budget_per_head.has_value());
