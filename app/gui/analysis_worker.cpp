@@ -56,6 +56,12 @@ ChatEngine& AnalysisWorker::engineFor(const QString& dir) {
   return *m_engine;
 }
 
+void AnalysisWorker::releaseEngine() {
+  m_engine.reset();
+  m_modelDir.clear();
+  Q_EMIT engineReleased();
+}
+
 InspectorFrame AnalysisWorker::frame() const {
   InspectorFrame f;
   f.state = m_engine->state();

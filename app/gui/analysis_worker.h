@@ -8,7 +8,8 @@
 //                    failed (then compareFinished(true) too, so a window waiting on it re-arms)
 //   runEvaluation -> progress*, evalCell per (policy, budget) finished (the full cache first),
 //                    then evalFinished(cancelled); on an error failed, then evalFinished(true)
-// busyChanged(true/false) brackets every request. requestStop() ends the job in flight at its next
+//   releaseEngine -> engineReleased
+// busyChanged(true/false) brackets every job. requestStop() ends the job in flight at its next
 // token; the engine is then reset, ready for the next job.
 #pragma once
 #include <QMetaType>
@@ -73,6 +74,8 @@ class AnalysisWorker : public QObject {
  public Q_SLOTS:
   void runCompare(const CompareRequest& request);
   void runEvaluation(const EvalRequest& request);
+  // Frees the engine (the second copy of the model) until the next job; engineReleased.
+  void releaseEngine();
 
  Q_SIGNALS:
   void busyChanged(bool busy);
@@ -83,6 +86,7 @@ class AnalysisWorker : public QObject {
   void evalCell(const EvalCell& cell);
   void evalFinished(bool cancelled);
   void failed(const QString& title, const QString& message);
+  void engineReleased();
 
  private:
   // The engine for `dir`, loaded when it is not the one held (throws what ChatEngine::load throws).

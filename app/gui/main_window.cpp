@@ -1202,6 +1202,10 @@ void MainWindow::buildAnalysis() {
           Qt::QueuedConnection);
   connect(this, &MainWindow::requestCompare, m_analysis, &AnalysisWorker::runCompare, Qt::QueuedConnection);
   connect(this, &MainWindow::requestEvaluation, m_analysis, &AnalysisWorker::runEvaluation, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestReleaseAnalysisEngine, m_analysis, &AnalysisWorker::releaseEngine,
+          Qt::QueuedConnection);
+  m_compare->installEventFilter(this);
+  m_evaluate->installEventFilter(this);
 
   connect(m_compare, &CompareWindow::runRequested, this,
           [this](const trimkv::EvictionSettings& a, const trimkv::EvictionSettings& b) {
@@ -1245,6 +1249,19 @@ void MainWindow::buildAnalysis() {
   connect(m_analysis, &AnalysisWorker::evalCell, m_evaluate, &EvaluateWindow::onCell, Qt::QueuedConnection);
   connect(m_analysis, &AnalysisWorker::evalFinished, m_evaluate, &EvaluateWindow::onFinished, Qt::QueuedConnection);
   connect(m_analysis, &AnalysisWorker::failed, this, &MainWindow::showError, Qt::QueuedConnection);
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() == QEvent::Hide && (watched == m_compare || watched == m_evaluate)) {
+    // A closed window's job would run unseen: stop it. With neither window open, the second copy
+    // of the model goes (queued after the job's end); the next job loads it again.
+    if (watched == m_compare && m_compare->isRunning()) m_compare->cancel();
+    if (watched == m_evaluate && m_evaluate->isRunning()) m_evaluate->cancel();
+    const bool compareShown = watched != m_compare && m_compare->isVisible();  // (the one hiding may still say visible)
+    const bool evaluateShown = watched != m_evaluate && m_evaluate->isVisible();
+    if (!compareShown && !evaluateShown) Q_EMIT requestReleaseAnalysisEngine();
+  }
+  return QMainWindow::eventFilter(watched, event);
 }
 
 void MainWindow::onTranscriptForCompare(const std::vector<trimkv::Message>& messages) {

@@ -177,10 +177,13 @@ class MainWindow : public QMainWindow {
   // To the analysis worker (queued).
   void requestCompare(const CompareRequest& request);
   void requestEvaluation(const EvalRequest& request);
+  void requestReleaseAnalysisEngine();
 
  protected:
   void closeEvent(QCloseEvent* event) override;
   void resizeEvent(QResizeEvent* event) override;
+  // Compare / Evaluate hidden: a job of theirs is cancelled; both hidden: the analysis engine is freed.
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void saveSettings() const;

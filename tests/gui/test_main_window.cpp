@@ -1064,7 +1064,13 @@ class MainWindowTest : public QObject {
     QVERIFY(clock.elapsed() < 5000);
     QVERIFY(!cw->isRunning());
     QVERIFY(cw->runButton()->isEnabled());
+    // Closing the window while it runs cancels the run.
+    cw->start();
+    QVERIFY(cw->isRunning());
     cw->close();
+    QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 10000);  // may end at once: not started yet
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY(!cw->isRunning());
   }
 
   void theMiniEvaluationTablesAndPlotsAccuracyAgainstBudgetAndCancels() {
@@ -1148,7 +1154,10 @@ class MainWindowTest : public QObject {
     QVERIFY(!ev->isRunning());
     QVERIFY(ev->runButton()->isEnabled());
     QCOMPARE(ev->table()->rowCount(), 3);  // the finished rows stay
+    // Closing the window frees the analysis engine (the second copy of the model).
+    QSignalSpy released(m_window->analysisWorker(), &AnalysisWorker::engineReleased);
     ev->close();
+    QVERIFY(released.wait(10000));
     const TurnStats stats = answer(QStringLiteral("Still there?"), {});
     QVERIFY(stats.generatedTokens > 0);
   }
