@@ -160,14 +160,16 @@ void AnalysisWorker::runEvaluation(const EvalRequest& request) {
       qint64 budget = 0;
     };
     std::vector<Cell> cells{{"full", 0}};
-    if (request.policy != QLatin1String("full"))
-      for (qint64 b : request.budgets) cells.push_back({request.policy.toStdString(), b});
-    // Validated before the first cell runs: a bad budget is an error now, not after the reference.
+    for (const QString& policy : request.policies)
+      if (policy != QLatin1String("full"))
+        for (qint64 b : request.budgets) cells.push_back({policy.toStdString(), b});
+    // Every cell's settings checked against the model before the first runs: a budget a policy
+    // cannot take is an error now, not after the reference.
     for (const Cell& c : cells) {
       trimkv::EvictionSettings s;
       s.policy = c.policy;
       if (c.policy != "full") s.budget_per_head = c.budget;
-      trimkv::validate_eviction_settings(s);
+      engine.set_eviction(s);
     }
 
     const int total = static_cast<int>(cells.size() * conversations.size());

@@ -15,6 +15,7 @@
 #include <QMetaType>
 #include <QObject>
 #include <QString>
+#include <QStringList>
 #include <QTemporaryDir>
 #include <atomic>
 #include <memory>
@@ -32,15 +33,15 @@ struct CompareRequest {
 };
 
 // Evaluate: a small world test set (vision/world.h: `conversations` conversations of the test
-// split from `seed`) answered under the full cache and under `policy` at each budget (entries per
-// layer and KV head), with gold history, as `trimkv eval-sweep` does.
+// split from `seed`) answered under the full cache and under each of `policies` at each budget
+// (entries per layer and KV head), with gold history, as `trimkv eval-sweep` does.
 struct EvalRequest {
   QString modelDir;
   int conversations = 20;
   quint64 seed = 7;
   int maxImages = 3;  // per conversation (world options; kept small: a mini evaluation)
   int maxTurns = 3;
-  QString policy;
+  QStringList policies;   // budgeted policies ("full" is always run, first, as the reference)
   QList<qint64> budgets;  // entries per head, ascending
   trimkv::GenerationParams params;
 };

@@ -1,6 +1,6 @@
 #include "evaluate_window.h"
 
-#include <QComboBox>
+#include <QListWidget>
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -48,7 +48,8 @@ EvaluateWindow::EvaluateWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
   setWindowTitle(tr("Mini evaluation — TrimKV Studio"));
   auto* layout = new QVBoxLayout(this);
   auto* intro = new QLabel(tr("Answers the questions of a small test set of the shapes world (generated here, the "
-                              "same for the same seed) under the full cache and under a policy at several budgets, "
+                              "same for the same seed) under the full cache and under each checked policy at several "
+                              "budgets, "
                               "as <tt>trimkv eval-sweep</tt> does (gold history, exact-match scoring)."),
                            this);
   intro->setWordWrap(true);
@@ -67,15 +68,23 @@ EvaluateWindow::EvaluateWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
   m_seed->setValue(7);
   m_seed->setToolTip(tr("The test set is a pure function of the seed: the same seed, the same questions"));
   form->addWidget(m_seed);
-  form->addWidget(new QLabel(tr("Policy:"), this));
-  m_policy = new QComboBox(this);
-  m_policy->setToolTip(tr("The policy evaluated at each budget (the full cache is always run as the reference)"));
-  form->addWidget(m_policy);
   form->addWidget(new QLabel(tr("Budgets (entries per head):"), this));
   m_budgets = new QLineEdit(QStringLiteral("4, 8, 16, 32"), this);
   m_budgets->setToolTip(tr("M, entries each KV head of each layer may keep, comma-separated (M_global = M·L·H_kv)"));
   form->addWidget(m_budgets, 1);
   layout->addLayout(form);
+  auto* policyRow = new QHBoxLayout;
+  policyRow->addWidget(new QLabel(tr("Policies:"), this), 0, Qt::AlignTop);
+  m_policy = new QListWidget(this);
+  m_policy->setToolTip(tr("The policies evaluated at each budget, one line each in the plot (the full cache is "
+                          "always run as the reference)"));
+  m_policy->setFlow(QListView::LeftToRight);
+  m_policy->setWrapping(true);
+  m_policy->setResizeMode(QListView::Adjust);
+  m_policy->setSpacing(2);
+  m_policy->setMaximumHeight(56);
+  policyRow->addWidget(m_policy, 1);
+  layout->addLayout(policyRow);
 
   auto* row = new QHBoxLayout;
   m_run = new QPushButton(tr("Run"), this);
@@ -123,6 +132,7 @@ EvaluateWindow::EvaluateWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
   connect(m_exportPlot, &QPushButton::clicked, this, [this] { chooseExport(true); });
   connect(m_exportCsv, &QPushButton::clicked, this, [this] { chooseExport(false); });
   connect(m_budgets, &QLineEdit::textChanged, this, &EvaluateWindow::updateControls);
+  connect(m_policy, &QListWidget::itemChanged, this, &EvaluateWindow::updateControls);
   resize(1100, 620);
   rebuildChart();
   updateControls();
@@ -131,16 +141,30 @@ EvaluateWindow::EvaluateWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
 QChart* EvaluateWindow::chart() const { return m_chartView->chart(); }
 
 void EvaluateWindow::setPolicies(const std::vector<trimkv::PolicyDescription>& policies, const QString& current) {
-  const QString before = m_policy->currentData().toString();
+  QStringList checked = checkedPolicies();
+  if (checked.isEmpty()) checked << current;
+  const QSignalBlocker block(m_policy);
   m_policy->clear();
   for (const trimkv::PolicyDescription& d : policies) {
     if (!d.uses_budget || d.name == "full") continue;
-    m_policy->addItem(QString::fromStdString(d.name), QString::fromStdString(d.name));
-    m_policy->setItemData(m_policy->count() - 1, QString::fromStdString(d.summary), Qt::ToolTipRole);
+    auto* item = new QListWidgetItem(QString::fromStdString(d.name), m_policy);
+    item->setToolTip(QString::fromStdString(d.summary) + (d.needs_gates ? tr(" (needs retention gates)") : QString()));
+    item->setFlags(Qt::ItemIsUserCheckable | Qt::ItemIsEnabled);
+    item->setCheckState(checked.contains(item->text()) ? Qt::Checked : Qt::Unchecked);
   }
-  int i = m_policy->findData(before);
-  if (i < 0) i = m_policy->findData(current);
-  if (i >= 0) m_policy->setCurrentIndex(i);
+  updateControls();
+}
+
+QStringList EvaluateWindow::checkedPolicies() const {
+  QStringList out;
+  for (int i = 0; i < m_policy->count(); ++i)
+    if (m_policy->item(i)->checkState() == Qt::Checked) out << m_policy->item(i)->text();
+  return out;
+}
+
+void EvaluateWindow::setCheckedPolicies(const QStringList& names) {
+  for (int i = 0; i < m_policy->count(); ++i)
+    m_policy->item(i)->setCheckState(names.contains(m_policy->item(i)->text()) ? Qt::Checked : Qt::Unchecked);
   updateControls();
 }
 
@@ -162,13 +186,13 @@ EvalRequest EvaluateWindow::request() const {
   EvalRequest r;
   r.conversations = m_conversations->value();
   r.seed = static_cast<quint64>(m_seed->value());
-  r.policy = m_policy->currentData().toString();
+  r.policies = checkedPolicies();
   r.budgets = budgets();
   return r;
 }
 
 void EvaluateWindow::start() {
-  if (m_running || budgets().isEmpty() || m_policy->currentIndex() < 0) return;
+  if (m_running || budgets().isEmpty() || checkedPolicies().isEmpty()) return;
   m_running = true;
   m_progress->setRange(0, 0);
   m_status->setText(tr("Starting…"));
@@ -344,7 +368,7 @@ void EvaluateWindow::chooseExport(bool plot) {
 void EvaluateWindow::updateControls() {
   const bool ok = !budgets().isEmpty();
   m_budgets->setStyleSheet(ok ? QString() : QStringLiteral("QLineEdit { background: #fee2e2; color: #111; }"));
-  m_run->setEnabled(!m_running && ok && m_policy->count() > 0);
+  m_run->setEnabled(!m_running && ok && !checkedPolicies().isEmpty());
   m_cancel->setEnabled(m_running);
   m_conversations->setEnabled(!m_running);
   m_seed->setEnabled(!m_running);

@@ -1,5 +1,5 @@
 // Evaluate: a mini evaluation in the app. A small deterministic test set of the synthetic world
-// (vision/world.h, test split, fixed seed) is answered under the full cache and under the chosen
+// (vision/world.h, test split, fixed seed) is answered under the full cache and under each checked
 // policy at each chosen budget, by `trimkv eval`'s own loop (app/cli/eval_runner.h) on the
 // AnalysisWorker. Accuracy against budget is plotted (one line per policy evaluated, the full
 // cache as a dashed reference line) and tabled; results accumulate across runs (a cell run again
@@ -16,7 +16,7 @@
 
 class QChart;
 class QChartView;
-class QComboBox;
+class QListWidget;
 class QLabel;
 class QLineEdit;
 class QProgressBar;
@@ -31,15 +31,18 @@ class EvaluateWindow : public QWidget {
  public:
   explicit EvaluateWindow(QWidget* parent = nullptr);
 
-  // The budgeted policies are offered; `current` is selected when it is one of them.
+  // The budgeted policies are offered, each with a check box; `current` is checked when it is one
+  // of them and nothing is checked yet.
   void setPolicies(const std::vector<trimkv::PolicyDescription>& policies, const QString& current);
+  QStringList checkedPolicies() const;
+  void setCheckedPolicies(const QStringList& names);
   // Budgets per head from the text field ("4, 8, 16"): ascending, unique, positive; empty when
   // the text is not such a list.
   QList<qint64> budgets() const;
   // The request as the controls say (modelDir and params are the main window's to fill).
   EvalRequest request() const;
 
-  void start();   // runRequested(request()) unless running or the budgets are bad
+  void start();   // runRequested(request()) unless running, no policy is checked or the budgets are bad
   void cancel();  // cancelRequested; the run ends with onFinished
   void clearResults();
   bool isRunning() const { return m_running; }
@@ -56,7 +59,7 @@ class EvaluateWindow : public QWidget {
 
   QSpinBox* conversationsSpin() const { return m_conversations; }
   QSpinBox* seedSpin() const { return m_seed; }
-  QComboBox* policyCombo() const { return m_policy; }
+  QListWidget* policyList() const { return m_policy; }
   QLineEdit* budgetsEdit() const { return m_budgets; }
   QPushButton* runButton() const { return m_run; }
   QPushButton* cancelButton() const { return m_cancel; }
@@ -79,7 +82,7 @@ class EvaluateWindow : public QWidget {
 
   QSpinBox* m_conversations = nullptr;
   QSpinBox* m_seed = nullptr;
-  QComboBox* m_policy = nullptr;
+  QListWidget* m_policy = nullptr;  // checkable, one item per budgeted policy
   QLineEdit* m_budgets = nullptr;
   QPushButton* m_run = nullptr;
   QPushButton* m_cancel = nullptr;

@@ -1055,7 +1055,7 @@ class MainWindowTest : public QObject {
     // Cancel ends a run promptly, and the window can run again afterwards.
     QSignalSpy progress(m_window->analysisWorker(), &AnalysisWorker::progress);
     cw->start();
-    QVERIFY(progress.wait(10000));
+    QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty(), 10000);
     QElapsedTimer clock;
     clock.start();
     QTest::mouseClick(cw->cancelButton(), Qt::LeftButton);
@@ -1080,32 +1080,49 @@ class MainWindowTest : public QObject {
     ev->clearResults();
     ev->conversationsSpin()->setValue(2);
     ev->seedSpin()->setValue(3);
-    const int h2o = ev->policyCombo()->findData(QStringLiteral("h2o"));
-    QVERIFY(h2o >= 0);
-    QCOMPARE(ev->policyCombo()->findData(QStringLiteral("full")), -1);  // always run as the reference
-    ev->policyCombo()->setCurrentIndex(h2o);
+    QCOMPARE(ev->policyList()->findItems(QStringLiteral("full"), Qt::MatchExactly).size(), 0);  // always run
+    QCOMPARE(ev->policyList()->findItems(QStringLiteral("h2o"), Qt::MatchExactly).size(), 1);
+    ev->setCheckedPolicies({});
+    QVERIFY(!ev->runButton()->isEnabled());  // no policy
+    ev->setCheckedPolicies({QStringLiteral("h2o"), QStringLiteral("streamingllm")});
+    QCOMPARE(ev->checkedPolicies(), (QStringList{"h2o", "streamingllm"}));
     ev->budgetsEdit()->setText(QStringLiteral("x, 4"));
     QVERIFY(!ev->runButton()->isEnabled());  // not a list of budgets
     ev->budgetsEdit()->setText(QStringLiteral("8, 4"));
     QCOMPARE(ev->budgets(), (QList<qint64>{4, 8}));
 
+    // A budget a policy cannot take is refused before anything runs (streamingllm's 4 sinks need
+    // more than 4 entries per head).
     QSignalSpy finished(ev, &EvaluateWindow::finished);
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    QTest::mouseClick(ev->runButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QTRY_VERIFY(!errors.isEmpty());
+    QVERIFY2(errors.first().at(1).toString().contains(QStringLiteral("sinks")), qPrintable(errors.first().at(1).toString()));
+    QCOMPARE(ev->table()->rowCount(), 0);
+    QVERIFY(ev->runButton()->isEnabled());
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+
+    ev->budgetsEdit()->setText(QStringLiteral("16, 8"));
     QTest::mouseClick(ev->runButton(), Qt::LeftButton);
     QVERIFY(ev->isRunning());
     QVERIFY(finished.wait(4 * kTurnTimeoutMs));
     QCOMPARE(finished.takeFirst().at(0).toBool(), false);
 
-    // Rows: the full cache, then h2o at 4 and at 8 entries per head.
+    // Rows: the full cache, then each policy at 8 and at 16 entries per head.
     QTableWidget* table = ev->table();
-    QCOMPARE(table->rowCount(), 3);
+    QCOMPARE(table->rowCount(), 5);
+    QCOMPARE(table->item(3, 0)->text(), QStringLiteral("streamingllm"));
+    QCOMPARE(table->item(4, 1)->text(), QStringLiteral("16"));
     QCOMPARE(table->item(0, 0)->text(), QStringLiteral("full"));
     QCOMPARE(table->item(1, 0)->text(), QStringLiteral("h2o"));
-    QCOMPARE(table->item(1, 1)->text(), QStringLiteral("4"));
-    QCOMPARE(table->item(2, 1)->text(), QStringLiteral("8"));
+    QCOMPARE(table->item(1, 1)->text(), QStringLiteral("8"));
+    QCOMPARE(table->item(2, 1)->text(), QStringLiteral("16"));
     const trimkv::ModelInfo& info = m_window->model().info;
-    QCOMPARE(table->item(2, 2)->text(), QString::number(8 * info.n_layer * info.n_kv_head));
+    QCOMPARE(table->item(2, 2)->text(), QString::number(16 * info.n_layer * info.n_kv_head));
     const std::vector<EvalCell>& cells = ev->cells();
-    QCOMPARE(cells.size(), size_t{3});
+    QCOMPARE(cells.size(), size_t{5});
     for (const EvalCell& c : cells) {
       QVERIFY(c.n > 0);
       QCOMPARE(c.n, cells[0].n);  // every cell answers the same questions
@@ -1114,16 +1131,17 @@ class MainWindowTest : public QObject {
     }
     QVERIFY(cells[1].meanKvEntries < cells[0].meanKvEntries);  // a budget holds less than the full cache
 
-    // The plot: the full cache's dashed reference and one line for the policy through its budgets.
+    // The plot: the full cache's dashed reference and one line per policy through its budgets.
     const QList<QAbstractSeries*> series = ev->chart()->series();
-    QCOMPARE(series.size(), 2);
+    QCOMPARE(series.size(), 3);
+    QCOMPARE(series[2]->name(), QStringLiteral("streamingllm"));
     auto* ref = qobject_cast<QLineSeries*>(series[0]);
     auto* line = qobject_cast<QLineSeries*>(series[1]);
     QVERIFY(ref && line);
     QCOMPARE(ref->pen().style(), Qt::DashLine);
     QCOMPARE(line->name(), QStringLiteral("h2o"));
     QCOMPARE(line->count(), 2);
-    QCOMPARE(line->at(0), QPointF(4, cells[1].accuracy));
+    QCOMPARE(line->at(0), QPointF(8, cells[1].accuracy));
 
     // Exports: CSV with a header and one line per row; PNG that decodes.
     QTemporaryDir dir;
@@ -1134,14 +1152,15 @@ class MainWindowTest : public QObject {
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
-    QCOMPARE(lines.size(), 4);
+    QCOMPARE(lines.size(), 6);
     QVERIFY(lines[0].startsWith("policy,budget_per_head,budget_global,accuracy"));
-    QVERIFY(lines[2].startsWith("h2o,4,"));
+    QVERIFY(lines[2].startsWith("h2o,8,"));
     QVERIFY(!QImage(png).isNull());
     saveShot(ev, QStringLiteral("evaluate.png"));
 
     // Cancel: a long run stops within moments and leaves the app usable.
     ev->conversationsSpin()->setValue(20);
+    ev->setCheckedPolicies({QStringLiteral("h2o")});
     ev->budgetsEdit()->setText(QStringLiteral("2, 4, 8, 16"));
     QTest::mouseClick(ev->runButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(ev->progressBar()->maximum() > 1 && ev->progressBar()->value() >= 1, kTurnTimeoutMs);
@@ -1153,11 +1172,12 @@ class MainWindowTest : public QObject {
     QVERIFY2(clock.elapsed() < 5000, qPrintable(QString::number(clock.elapsed())));
     QVERIFY(!ev->isRunning());
     QVERIFY(ev->runButton()->isEnabled());
-    QCOMPARE(ev->table()->rowCount(), 3);  // the finished rows stay
+    QCOMPARE(ev->table()->rowCount(), 5);  // the finished rows stay
     // Closing the window frees the analysis engine (the second copy of the model).
     QSignalSpy released(m_window->analysisWorker(), &AnalysisWorker::engineReleased);
     ev->close();
-    QVERIFY(released.wait(10000));
+    // (emitted on the worker's thread, possibly before a wait() would start: poll the spy)
+    QTRY_VERIFY_WITH_TIMEOUT(!released.isEmpty(), 10000);
     const TurnStats stats = answer(QStringLiteral("Still there?"), {});
     QVERIFY(stats.generatedTokens > 0);
   }
