@@ -1214,6 +1214,13 @@ void MainWindow::buildAnalysis() {
               m_compare->onFinished(true);
               return;
             }
+            // One analysis job at a time: its progress and Cancel belong to one window.
+            if (m_evaluate->isRunning()) {
+              showError(tr("Cannot compare now"),
+                        tr("The mini evaluation is running: wait for it or cancel it, then run the comparison."));
+              m_compare->onFinished(true);
+              return;
+            }
             m_compareSides[0] = a;
             m_compareSides[1] = b;
             m_comparePending = true;
@@ -1230,6 +1237,12 @@ void MainWindow::buildAnalysis() {
   connect(m_evaluate, &EvaluateWindow::runRequested, this, [this](EvalRequest request) {
     if (!m_hasModel) {
       showError(tr("Cannot evaluate"), tr("No model is loaded: open a model folder first."));
+      m_evaluate->onFinished(true);
+      return;
+    }
+    if (m_compare->isRunning()) {
+      showError(tr("Cannot evaluate now"),
+                tr("A comparison is running: wait for it or cancel it, then run the evaluation."));
       m_evaluate->onFinished(true);
       return;
     }

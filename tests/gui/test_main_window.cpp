@@ -1164,6 +1164,15 @@ class MainWindowTest : public QObject {
     ev->budgetsEdit()->setText(QStringLiteral("2, 4, 8, 16"));
     QTest::mouseClick(ev->runButton(), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(ev->progressBar()->maximum() > 1 && ev->progressBar()->value() >= 1, kTurnTimeoutMs);
+    // One analysis job at a time: a comparison asked for meanwhile is refused, the evaluation goes on.
+    errors.clear();
+    QSignalSpy compareDone(m_window->compareWindow(), &CompareWindow::finished);
+    m_window->compareWindow()->start();
+    QCOMPARE(compareDone.size(), 1);
+    QCOMPARE(compareDone.first().at(0).toBool(), true);
+    QVERIFY(!errors.isEmpty() && errors.first().at(1).toString().contains(QStringLiteral("evaluation is running")));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    QVERIFY(ev->isRunning());
     QElapsedTimer clock;
     clock.start();
     QTest::mouseClick(ev->cancelButton(), Qt::LeftButton);
