@@ -74,7 +74,6 @@ InspectorFrame AnalysisWorker::frame() const {
 
 void AnalysisWorker::runCompare(const CompareRequest& request) {
   BusyScope busy(this);
-  m_cancel.store(false);
   std::string system;
   std::vector<const trimkv::Message*> users;
   for (const trimkv::Message& m : request.messages) {
@@ -126,7 +125,6 @@ void AnalysisWorker::runCompare(const CompareRequest& request) {
 
 void AnalysisWorker::runEvaluation(const EvalRequest& request) {
   BusyScope busy(this);
-  m_cancel.store(false);
   try {
     if (request.conversations <= 0) throw trimkv::Error(trimkv::ErrorKind::Input, "the test set needs at least one conversation");
     // The test set: generated once per (seed, size, options), kept for the worker's life.

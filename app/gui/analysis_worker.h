@@ -69,7 +69,10 @@ class AnalysisWorker : public QObject {
   explicit AnalysisWorker(QObject* parent = nullptr);
   ~AnalysisWorker() override;
 
-  // Thread-safe: the job in flight stops at its next token (or between conversations).
+  // Thread-safe. arm() before requesting a job (the jobs do not clear the flag themselves, so a
+  // stop between the request and the job's start is not lost); requestStop(): the job in flight,
+  // or the one requested, stops at its next token (or between conversations).
+  void arm() { m_cancel.store(false); }
   void requestStop();
 
  public Q_SLOTS:

@@ -594,7 +594,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
 
 void MainWindow::resizeEvent(QResizeEvent* event) {
   QMainWindow::resizeEvent(event);
-  if (m_tour && m_tour->isVisible()) m_tour->showStep(m_tour->currentStep());
+  if (m_tour && m_tour->isVisible()) m_tour->reposition();
 }
 
 // --- requests ----------------------------------------------------------------------------------
@@ -1248,6 +1248,7 @@ void MainWindow::buildAnalysis() {
     }
     request.modelDir = m_model.dir;
     request.params.max_new_tokens = 8;  // the answers are one or two words (as `trimkv eval`)
+    m_analysis->arm();
     Q_EMIT requestEvaluation(request);
   });
   connect(m_evaluate, &EvaluateWindow::cancelRequested, this, [this] { m_analysis->requestStop(); });
@@ -1286,6 +1287,7 @@ void MainWindow::onTranscriptForCompare(const std::vector<trimkv::Message>& mess
   request.sides[0] = m_compareSides[0];
   request.sides[1] = m_compareSides[1];
   request.params = m_generation->params();
+  m_analysis->arm();
   Q_EMIT requestCompare(request);
 }
 

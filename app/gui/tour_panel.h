@@ -57,6 +57,8 @@ class TourPanel : public QFrame {
   void back();
   void stop();  // hides the panel and the highlight
   QWidget* currentTarget() const;
+  // Puts the panel and the highlight where they belong (after the window changed size).
+  void reposition() { place(); }
   TourHighlight* highlight() const { return m_highlight; }
   QPushButton* nextButton() const { return m_next; }
   QPushButton* backButton() const { return m_back; }

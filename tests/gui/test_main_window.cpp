@@ -1052,7 +1052,10 @@ class MainWindowTest : public QObject {
     QCOMPARE(m_window->lastFrame().state.tokens, chatTokens);
 
     saveShot(cw, QStringLiteral("compare.png"));
-    // Cancel ends a run promptly, and the window can run again afterwards.
+    // Cancel ends a run promptly, and the window can run again afterwards (long answers: the run
+    // must still be going when the click comes).
+    params.max_new_tokens = 300;
+    m_window->setGenerationParams(params);
     QSignalSpy progress(m_window->analysisWorker(), &AnalysisWorker::progress);
     cw->start();
     QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty(), 10000);
@@ -1064,6 +1067,8 @@ class MainWindowTest : public QObject {
     QVERIFY(clock.elapsed() < 5000);
     QVERIFY(!cw->isRunning());
     QVERIFY(cw->runButton()->isEnabled());
+    params.max_new_tokens = 12;
+    m_window->setGenerationParams(params);
     // Closing the window while it runs cancels the run.
     cw->start();
     QVERIFY(cw->isRunning());
