@@ -969,6 +969,16 @@ class MainWindowTest : public QObject {
     params.stop_at_eos = false;
     m_window->setGenerationParams(params);
     newConversation();
+    {  // An empty conversation has nothing to compare: said so, and the window is ready again.
+      QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+      QSignalSpy done(m_window->compareWindow(), &CompareWindow::finished);
+      m_window->compareWindow()->start();
+      QTRY_COMPARE_WITH_TIMEOUT(done.size(), 1, 10000);
+      QCOMPARE(done.first().at(0).toBool(), true);
+      QVERIFY(!errors.isEmpty() && errors.first().at(1).toString().contains(QStringLiteral("no message")));
+      QVERIFY(!m_window->compareWindow()->isRunning());
+      for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    }
     answer(QStringLiteral("What is in the image?"), {kImage});
     answer(QStringLiteral("And the colour?"), {});
     const int messages = m_window->conversation()->messageCount();
