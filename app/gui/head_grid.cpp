@@ -150,6 +150,11 @@ bool HeadGrid::event(QEvent* event) {
       QString tip = tr("Layer %1, KV head %2\n%3 entries kept: %4 text, %5 image, %6 special")
                         .arg(l).arg(h).arg(c.total()).arg(c.text).arg(c.image).arg(c.special);
       if (m_kv->n_tokens > 0) tip += tr("\nof %1 tokens in the conversation").arg(m_kv->n_tokens);
+      if (m_kv->budget_global > 0 && !m_kv->heads.empty())
+        tip += tr("\nbudget: M_global = %1 entries over %2 heads (M = %3 per head on average)")
+                   .arg(m_kv->budget_global)
+                   .arg(m_kv->heads.size())
+                   .arg(m_kv->budget_global / static_cast<int64_t>(m_kv->heads.size()));
       QToolTip::showText(help->globalPos(), tip, this);
     } else {
       QToolTip::showText(help->globalPos(), toolTip(), this);

@@ -3,6 +3,10 @@
 #include <QAction>
 #include <QCheckBox>
 #include <QCloseEvent>
+#include <QDockWidget>
+#include <QListWidget>
+#include <QResizeEvent>
+#include <QWhatsThis>
 #include <QSettings>
 #include <QComboBox>
 #include <QFileDialog>
@@ -33,7 +37,13 @@
 #include <algorithm>
 #include <exception>
 
+#include "analysis_worker.h"
 #include "chat_input.h"
+#include "compare_window.h"
+#include "conversation_list.h"
+#include "evaluate_window.h"
+#include "sample_turn.h"
+#include "tour_panel.h"
 #include "conversation_file.h"
 #include "conversation_view.h"
 #include "budget_control.h"
@@ -99,6 +109,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   buildCentral();
   buildStatusBar();
   connectWorker();
+  buildAnalysis();
+  buildConversationList();
+  buildTour();
+  explainTerms();
   updateButtons();
 }
 
@@ -108,6 +122,9 @@ MainWindow::~MainWindow() {
   m_worker->requestStop();
   m_thread.quit();
   m_thread.wait();
+  m_analysis->requestStop();
+  m_analysisThread.quit();
+  m_analysisThread.wait();
 }
 
 void MainWindow::buildMenus() {
@@ -168,6 +185,26 @@ void MainWindow::buildMenus() {
                                 "sampling: every question is sent again and answered anew (Ctrl+Shift+R)"));
   m_replayAction->setIconText(tr("Replay"));
   connect(m_replayAction, &QAction::triggered, this, &MainWindow::replayConversation);
+
+  QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
+  m_compareAction = analysis->addAction(tr("&Compare two settings…"));
+  m_compareAction->setIconText(tr("Compare…"));
+  m_compareAction->setToolTip(tr("Answer this conversation's questions under two policies or budgets and show the "
+                                 "answers and inspectors side by side"));
+  connect(m_compareAction, &QAction::triggered, this, &MainWindow::openCompare);
+  m_evaluateAction = analysis->addAction(tr("&Mini evaluation…"));
+  m_evaluateAction->setIconText(tr("Evaluate…"));
+  m_evaluateAction->setToolTip(tr("Accuracy against budget on a small generated test set, with the full cache as "
+                                  "the reference"));
+  connect(m_evaluateAction, &QAction::triggered, this, &MainWindow::openEvaluate);
+
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->setObjectName(QStringLiteral("helpMenu"));
+  QAction* tourAction = help->addAction(tr("&Guided tour"));
+  tourAction->setObjectName(QStringLiteral("tourAction"));
+  tourAction->setToolTip(tr("A step-by-step walk through the sample conversation"));
+  connect(tourAction, &QAction::triggered, this, &MainWindow::startTour);
+  help->addAction(QWhatsThis::createAction(this));
 }
 
 void MainWindow::fillRecentMenu() {
@@ -229,6 +266,8 @@ void MainWindow::buildToolbar() {
   bar->addWidget(m_budget);
   bar->addSeparator();
   bar->addAction(m_replayAction);
+  bar->addAction(m_compareAction);
+  bar->addAction(m_evaluateAction);
   bar->addSeparator();
   auto* genButton = new QToolButton(this);
   genButton->setText(tr("Generation"));
@@ -384,6 +423,7 @@ void MainWindow::buildCentral() {
   headRow->addWidget(m_allHeads);
   stripLayout->addLayout(headRow);
   auto* stripScroll = new QScrollArea(stripBox);
+  m_stripScroll = stripScroll;
   stripScroll->setWidgetResizable(true);
   stripScroll->setFrameShape(QFrame::NoFrame);
   stripScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
@@ -442,6 +482,7 @@ void MainWindow::connectWorker() {
   connect(this, &MainWindow::requestOpen, m_worker, &SessionWorker::loadConversation, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::conversationSaved, this, [this](const QString& path) {
     statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
+    if (m_persist) m_conversationList->addRecent(path);
     Q_EMIT conversationSaved(path);
   }, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::conversationLoaded, this, &MainWindow::onConversationLoaded, Qt::QueuedConnection);
@@ -546,7 +587,14 @@ void MainWindow::saveSettings() const {
 
 void MainWindow::closeEvent(QCloseEvent* event) {
   if (m_persist) saveSettings();
+  if (m_compare) m_compare->close();
+  if (m_evaluate) m_evaluate->close();
   QMainWindow::closeEvent(event);
+}
+
+void MainWindow::resizeEvent(QResizeEvent* event) {
+  QMainWindow::resizeEvent(event);
+  if (m_tour && m_tour->isVisible()) m_tour->reposition();
 }
 
 // --- requests ----------------------------------------------------------------------------------
@@ -691,6 +739,7 @@ void MainWindow::saveConversation(const QString& path) { Q_EMIT requestSave(path
 
 void MainWindow::loadConversation(const QString& path) {
   if (m_answering) return;
+  m_openingConversation = path;
   Q_EMIT requestOpen(path);
 }
 
@@ -712,6 +761,7 @@ QString MainWindow::defaultAutosaveFile() {
 
 void MainWindow::setAutosaveFile(const QString& path) {
   m_autosaveFile = path;
+  m_conversationList->setAutosaveFile(path);
   Q_EMIT requestAutosaveFile(path);
 }
 
@@ -805,6 +855,8 @@ void MainWindow::chooseDataExport(bool trace) {
 }
 
 void MainWindow::onConversationLoaded(const std::vector<trimkv::Message>& messages) {
+  if (m_persist && !m_openingConversation.isEmpty()) m_conversationList->addRecent(m_openingConversation);
+  m_openingConversation.clear();
   cancelEdit();
   m_conversation->clearConversation();
   for (const trimkv::Message& m : messages) {
@@ -909,6 +961,8 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
   m_policy->blockSignals(false);
   m_conversation->clearConversation();
   m_statusPhase->setText(tr("ready"));
+  m_compare->setPolicies(model.policies);
+  m_evaluate->setPolicies(model.policies, QString::fromStdString(m_eviction.policy));
   updateButtons();
   // Queued before anything a modelLoaded listener sends, so the first turn runs under it. Gates
   // trained for a budget start at that budget (what they were made for).
@@ -1083,6 +1137,8 @@ bool MainWindow::policyUsesBudget(const std::string& policy) const {
 
 void MainWindow::updateButtons() {
   m_send->setEnabled(m_hasModel && !m_answering);
+  if (m_compareAction) m_compareAction->setEnabled(m_hasModel);
+  if (m_evaluateAction) m_evaluateAction->setEnabled(m_hasModel);
   m_stop->setEnabled(m_answering);
   m_regenerateAction->setEnabled(m_hasModel && !m_answering && m_conversation->messageCount() > 0);
   m_replayAction->setEnabled(m_hasModel && !m_answering && m_conversation->userMessageCount() > 0);
@@ -1102,6 +1158,18 @@ void MainWindow::updateBudgetHint() {
   else if (m_eviction.policy == "full") m_budget->setInactiveText(tr("(full cache: no budget)"));
   else if (!policyUsesBudget(m_eviction.policy)) m_budget->setInactiveText(tr("(this policy takes no budget)"));
   else m_budget->setInactiveText(QString());
+  // The budget's explanation with this model's numbers.
+  const int64_t m = m_budget->entriesPerHead();
+  const int64_t l = m_model.info.n_layer, h = m_model.info.n_kv_head;
+  QString text = tr("<b>Budget M</b>: how many KV entries each KV head of each layer may keep. One entry is one "
+                    "token's key and value in one layer and one KV head; text, image and special tokens all count. "
+                    "Policies that share one budget over the whole model (DBTrimKV) get "
+                    "<b>M_global = M·L·H_kv</b>, so every policy is compared at the same memory.");
+  if (m_hasModel)
+    text += tr("<br>This model: L = %1 layers, H_kv = %2 KV heads, so M = %3 gives M_global = %4 entries.")
+                .arg(l).arg(h).arg(m).arg(m * l * h);
+  m_budget->setWhatsThis(text);
+  m_budget->setToolTip(text);
 }
 
 void MainWindow::showPolicyOptions(const std::string& policy, const std::vector<std::string>& options) {
@@ -1116,3 +1184,248 @@ void MainWindow::showPolicyOptions(const std::string& policy, const std::vector<
                                   : tr("Options of %1: %2").arg(QString::fromStdString(policy),
                                                                 m_policyOptions->optionNames().join(QStringLiteral(", "))));
 }
+
+// --- Compare and Evaluate ----------------------------------------------------------------------
+
+void MainWindow::buildAnalysis() {
+  registerAnalysisTypes();
+  m_analysis = new AnalysisWorker;
+  m_analysis->moveToThread(&m_analysisThread);
+  connect(&m_analysisThread, &QThread::finished, m_analysis, &QObject::deleteLater);
+  m_analysisThread.setObjectName(QStringLiteral("AnalysisWorker"));
+  m_analysisThread.start();
+
+  m_compare = new CompareWindow(this);
+  m_evaluate = new EvaluateWindow(this);
+  connect(this, &MainWindow::requestTranscript, m_worker, &SessionWorker::provideTranscript, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::transcriptProvided, this, &MainWindow::onTranscriptForCompare,
+          Qt::QueuedConnection);
+  connect(this, &MainWindow::requestCompare, m_analysis, &AnalysisWorker::runCompare, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestEvaluation, m_analysis, &AnalysisWorker::runEvaluation, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestReleaseAnalysisEngine, m_analysis, &AnalysisWorker::releaseEngine,
+          Qt::QueuedConnection);
+  m_compare->installEventFilter(this);
+  m_evaluate->installEventFilter(this);
+
+  connect(m_compare, &CompareWindow::runRequested, this,
+          [this](const trimkv::EvictionSettings& a, const trimkv::EvictionSettings& b) {
+            if (!m_hasModel) {
+              showError(tr("Cannot compare"), tr("No model is loaded: open a model folder first."));
+              m_compare->onFinished(true);
+              return;
+            }
+            // One analysis job at a time: its progress and Cancel belong to one window.
+            if (m_evaluate->isRunning()) {
+              showError(tr("Cannot compare now"),
+                        tr("The mini evaluation is running: wait for it or cancel it, then run the comparison."));
+              m_compare->onFinished(true);
+              return;
+            }
+            m_compareSides[0] = a;
+            m_compareSides[1] = b;
+            m_comparePending = true;
+            Q_EMIT requestTranscript();  // after the chat's requests before it: the conversation as shown
+          });
+  connect(m_compare, &CompareWindow::cancelRequested, this, [this] {
+    if (m_comparePending) {  // not started yet
+      m_comparePending = false;
+      m_compare->onFinished(true);
+      return;
+    }
+    m_analysis->requestStop();
+  });
+  connect(m_evaluate, &EvaluateWindow::runRequested, this, [this](EvalRequest request) {
+    if (!m_hasModel) {
+      showError(tr("Cannot evaluate"), tr("No model is loaded: open a model folder first."));
+      m_evaluate->onFinished(true);
+      return;
+    }
+    if (m_compare->isRunning()) {
+      showError(tr("Cannot evaluate now"),
+                tr("A comparison is running: wait for it or cancel it, then run the evaluation."));
+      m_evaluate->onFinished(true);
+      return;
+    }
+    request.modelDir = m_model.dir;
+    request.params.max_new_tokens = 8;  // the answers are one or two words (as `trimkv eval`)
+    m_analysis->arm();
+    Q_EMIT requestEvaluation(request);
+  });
+  connect(m_evaluate, &EvaluateWindow::cancelRequested, this, [this] { m_analysis->requestStop(); });
+  connect(m_evaluate, &EvaluateWindow::errorOccurred, this, &MainWindow::showError);
+
+  // Results: each window takes what belongs to its own run (it ignores the rest).
+  connect(m_analysis, &AnalysisWorker::progress, m_compare, &CompareWindow::onProgress, Qt::QueuedConnection);
+  connect(m_analysis, &AnalysisWorker::progress, m_evaluate, &EvaluateWindow::onProgress, Qt::QueuedConnection);
+  connect(m_analysis, &AnalysisWorker::compareAnswer, m_compare, &CompareWindow::onAnswer, Qt::QueuedConnection);
+  connect(m_analysis, &AnalysisWorker::compareFrame, m_compare, &CompareWindow::onFrame, Qt::QueuedConnection);
+  connect(m_analysis, &AnalysisWorker::compareFinished, m_compare, &CompareWindow::onFinished, Qt::QueuedConnection);
+  connect(m_analysis, &AnalysisWorker::evalCell, m_evaluate, &EvaluateWindow::onCell, Qt::QueuedConnection);
+  connect(m_analysis, &AnalysisWorker::evalFinished, m_evaluate, &EvaluateWindow::onFinished, Qt::QueuedConnection);
+  connect(m_analysis, &AnalysisWorker::failed, this, &MainWindow::showError, Qt::QueuedConnection);
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  if (event->type() == QEvent::Hide && (watched == m_compare || watched == m_evaluate)) {
+    // A closed window's job would run unseen: stop it. With neither window open, the second copy
+    // of the model goes (queued after the job's end); the next job loads it again.
+    if (watched == m_compare && m_compare->isRunning()) m_compare->cancel();
+    if (watched == m_evaluate && m_evaluate->isRunning()) m_evaluate->cancel();
+    const bool compareShown = watched != m_compare && m_compare->isVisible();  // (the one hiding may still say visible)
+    const bool evaluateShown = watched != m_evaluate && m_evaluate->isVisible();
+    if (!compareShown && !evaluateShown) Q_EMIT requestReleaseAnalysisEngine();
+  }
+  return QMainWindow::eventFilter(watched, event);
+}
+
+void MainWindow::onTranscriptForCompare(const std::vector<trimkv::Message>& messages) {
+  if (!m_comparePending) return;
+  m_comparePending = false;
+  CompareRequest request;
+  request.modelDir = m_model.dir;
+  request.messages = messages;
+  request.sides[0] = m_compareSides[0];
+  request.sides[1] = m_compareSides[1];
+  request.params = m_generation->params();
+  m_analysis->arm();
+  Q_EMIT requestCompare(request);
+}
+
+void MainWindow::openCompare() {
+  if (!m_compare->isRunning()) {
+    // A: the full cache; B: what the chat runs under now (or h2o at the toolbar's budget).
+    trimkv::EvictionSettings a;
+    a.policy = "full";
+    trimkv::EvictionSettings b = m_eviction;
+    if (b.policy == "full") b.policy = "h2o";
+    if (!b.budget_per_head) b.budget_per_head = m_budget->entriesPerHead();
+    m_compare->setSide(0, a);
+    m_compare->setSide(1, b);
+  }
+  m_compare->show();
+  m_compare->raise();
+  m_compare->activateWindow();
+}
+
+void MainWindow::openEvaluate() {
+  m_evaluate->show();
+  m_evaluate->raise();
+  m_evaluate->activateWindow();
+}
+
+// --- the conversation list ---------------------------------------------------------------------
+
+void MainWindow::buildConversationList() {
+  m_conversationDock = new QDockWidget(tr("Conversations"), this);
+  m_conversationDock->setObjectName(QStringLiteral("conversationDock"));
+  m_conversationList = new ConversationList(m_conversationDock);
+  m_conversationDock->setWidget(m_conversationList);
+  addDockWidget(Qt::LeftDockWidgetArea, m_conversationDock);
+  m_conversationDock->setMinimumWidth(170);
+  resizeDocks({m_conversationDock}, {190}, Qt::Horizontal);
+  connect(m_conversationList, &ConversationList::openRequested, this, &MainWindow::loadConversation);
+  connect(m_worker, &SessionWorker::autosaved, m_conversationList, &ConversationList::refresh, Qt::QueuedConnection);
+  auto* view = new QMenu(tr("&View"), this);
+  view->addAction(m_conversationDock->toggleViewAction());
+  if (auto* help = findChild<QMenu*>(QStringLiteral("helpMenu"))) menuBar()->insertMenu(help->menuAction(), view);
+  else menuBar()->addMenu(view);
+}
+
+// --- teaching ----------------------------------------------------------------------------------
+
+void MainWindow::explainTerms() {
+  m_policy->setWhatsThis(
+      tr("<b>Eviction policy</b>: decides which KV entries to drop when the cache is over the budget. "
+         "<b>dbtrimkv / trimkv</b> use the model's retention gates: every entry gets a keep factor "
+         "<b>β</b> in (0, 1] when it is written; its importance decays as β<sup>age</sup>, and the entries with the "
+         "lowest decayed importance go first (β = 1: never forgotten). <b>h2o</b>, <b>snapkv</b>, … score "
+         "entries by the attention they received; <b>full</b> keeps everything."));
+  m_shade->setWhatsThis(
+      tr("<b>β</b> is the retention gate's keep factor of an entry, learned per token, layer and KV head: the entry's "
+         "importance is multiplied by β at every later step. The band under each kept position shows β (or the "
+         "policy's score) from dark violet (low) to yellow (high)."));
+  m_grid->setWhatsThis(
+      tr("<b>The grid</b>: one row per layer, one cell per KV head. The bar in a cell is how many entries that head "
+         "keeps, relative to the fullest head; its colours split it by what the entries are: <span "
+         "style='color:%1'>■ text</span>, <span style='color:%2'>■ image</span>, <span style='color:%3'>■ "
+         "special</span> tokens. Under a per-head budget M no cell holds more than M (plus slack between "
+         "compressions). Click a cell to see that head below.")
+          .arg(ModalityPalette::text().name(), ModalityPalette::image().name(), ModalityPalette::special().name()));
+  m_grid->setToolTip(tr("Entries kept per layer (row) and KV head (column), split into text / image / special. "
+                        "Click a cell for the head's strip and image overlay; Shift+F1 explains more."));
+  m_strip->setWhatsThis(
+      tr("<b>The strip</b>: every position of the conversation, in order, for the selected head: bright = the head "
+         "still keeps its entry, faded = evicted, in the colour of its modality (text, image, special). The band "
+         "under a kept position is its β or score. Hover a position for its token, message, image patch, β and "
+         "score."));
+  m_overlay->setWhatsThis(
+      tr("<b>The image overlay</b>: the conversation's last image with the patch grid the model saw. Patches whose "
+         "entries the selected head keeps are clear and outlined; evicted ones are darkened. With <i>All heads</i>, "
+         "each patch is shaded by how many heads keep it."));
+  m_timeline->setWhatsThis(tr("<b>The timeline</b>: KV entries held by the whole cache over the forward steps; each "
+                              "drop is one compression, the dashed line is the budget M_global."));
+  updateBudgetHint();
+}
+
+void MainWindow::sendSampleTurn() {
+  if (!m_hasModel || m_answering) return;
+  if (!m_sampleDir) m_sampleDir = std::make_unique<QTemporaryDir>();
+  try {
+    const SampleTurn sample = makeSampleTurn(m_sampleDir->path());
+    sendTurn(sample.text, sample.images);
+  } catch (const std::exception& e) {
+    showError(tr("Cannot make the sample turn"), QString::fromStdString(e.what()));
+  }
+}
+
+void MainWindow::buildTour() {
+  m_tour = new TourPanel(this);
+  m_tour->setAnchor(m_conversation);
+  QToolBar* policyBar = findChild<QToolBar*>(QStringLiteral("policyToolbar"));
+  std::vector<TourStep> steps;
+  steps.push_back({tr("Send the sample turn"),
+                   tr("The sample is a question about a picture of coloured shapes. <b>Send it</b> puts it in the "
+                      "conversation: the image is encoded into patch entries, the question into text entries, and "
+                      "the model answers."),
+                   [this] { return static_cast<QWidget*>(m_send); }, {}, tr("Send it"), [this] { sendSampleTurn(); }});
+  steps.push_back({tr("Watch the grid"),
+                   tr("Each cell is one KV head of one layer; its bar is how many entries that head keeps: "
+                      "<span style='color:%1'>text</span>, <span style='color:%2'>image</span>, "
+                      "<span style='color:%3'>special</span>. While the answer streams, the bars grow until the "
+                      "budget makes the policy evict.")
+                       .arg(ModalityPalette::text().name(), ModalityPalette::image().name(),
+                            ModalityPalette::special().name()),
+                   [this] { return static_cast<QWidget*>(m_grid); }, {}, {}, {}});
+  steps.push_back({tr("Click a head"),
+                   tr("Click any cell to inspect that head. Heads differ: some keep mostly image patches, others "
+                      "mostly text."),
+                   [this] { return static_cast<QWidget*>(m_grid); }, {}, tr("Pick the last layer's head 0"),
+                   [this] { m_grid->setSelectedHead(std::max(0, m_grid->layerCount() - 1), 0); }});
+  steps.push_back({tr("The strip"),
+                   tr("Every position of the conversation for that head: bright = kept, faded = evicted. The band "
+                      "below a kept position is its β, the gate's keep factor (1 = never forgotten). Hover a "
+                      "position for its token."),
+                   [this] { return static_cast<QWidget*>(m_stripScroll); }, {}, {}, {}});
+  steps.push_back({tr("The image overlay"),
+                   tr("The image with the model's patch grid: clear, outlined patches are the ones this head keeps; "
+                      "darkened ones were evicted."),
+                   [this] { return static_cast<QWidget*>(m_overlay); },
+                   [this] { m_lowerTabs->setCurrentWidget(m_overlay); }, {}, {}});
+  steps.push_back({tr("Lower the budget"),
+                   tr("The budget M is the number of entries each KV head of each layer may keep (M_global = "
+                      "M·L·H_kv over the model). Lower it to make the policy choose harder."),
+                   [this] { return static_cast<QWidget*>(m_budget); }, {}, tr("Halve it"), [this] {
+                     m_budget->setEntriesPerHead(std::max<int64_t>(1, m_budget->entriesPerHead() / 2));
+                     applyEvictionFromControls();
+                   }});
+  steps.push_back({tr("Replay"),
+                   tr("Replay runs the whole conversation again under the new budget: compare the answer, the grid "
+                      "and the overlay with before. <b>Compare…</b> shows two settings side by side."),
+                   [this, policyBar] {
+                     return policyBar ? policyBar->widgetForAction(m_replayAction) : static_cast<QWidget*>(nullptr);
+                   },
+                   {}, tr("Replay now"), [this] { replayConversation(); }});
+  m_tour->setSteps(std::move(steps));
+}
+
+void MainWindow::startTour() { m_tour->start(); }

@@ -10,12 +10,20 @@
 #include <functional>
 #include <optional>
 
+#include "analysis_worker.h"
 #include "budget_units.h"
 #include "conversation_view.h"
 #include "frame_history.h"
 #include "session_types.h"
 
+class AnalysisWorker;
 class BudgetControl;
+class CompareWindow;
+class ConversationList;
+class EvaluateWindow;
+class QDockWidget;
+class QScrollArea;
+class TourPanel;
 class ChatInput;
 class PolicyOptionsForm;
 class QToolButton;
@@ -124,6 +132,22 @@ class MainWindow : public QMainWindow {
   QMenu* recentMenu() const { return m_recentMenu; }
   SessionWorker* worker() const { return m_worker; }
 
+  // Compare (two eviction settings side by side) and the mini evaluation: windows of their own,
+  // their work on the AnalysisWorker (a second engine on its own thread).
+  void openCompare();
+  void openEvaluate();
+  CompareWindow* compareWindow() const { return m_compare; }
+  EvaluateWindow* evaluateWindow() const { return m_evaluate; }
+  AnalysisWorker* analysisWorker() const { return m_analysis; }
+  QAction* compareAction() const { return m_compareAction; }
+  QAction* evaluateAction() const { return m_evaluateAction; }
+  // The guided tour of the sample conversation (Help > Guided tour).
+  void startTour();
+  TourPanel* tour() const { return m_tour; }
+  // The side list of saved conversations.
+  ConversationList* conversationList() const { return m_conversationList; }
+  QDockWidget* conversationDock() const { return m_conversationDock; }
+
  Q_SIGNALS:
   void modelLoaded(const ModelSummary& model);
   void frameShown(const InspectorFrame& frame);
@@ -149,9 +173,17 @@ class MainWindow : public QMainWindow {
   void requestAutosaveFile(const QString& path);
   void requestEviction(const trimkv::EvictionSettings& settings);
   void requestGenerationParams(const trimkv::GenerationParams& params);
+  void requestTranscript();
+  // To the analysis worker (queued).
+  void requestCompare(const CompareRequest& request);
+  void requestEvaluation(const EvalRequest& request);
+  void requestReleaseAnalysisEngine();
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+  // Compare / Evaluate hidden: a job of theirs is cancelled; both hidden: the analysis engine is freed.
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void saveSettings() const;
@@ -161,6 +193,12 @@ class MainWindow : public QMainWindow {
   void buildCentral();
   void buildStatusBar();
   void connectWorker();
+  void buildAnalysis();  // the analysis worker, Compare and Evaluate
+  void buildTour();
+  void buildConversationList();
+  void explainTerms();  // tooltips and What's This of the terms (budget, β, grid, strip)
+  void onTranscriptForCompare(const std::vector<trimkv::Message>& messages);
+  void sendSampleTurn();  // the tour's first step
   void sendFromInput();
   void chooseModelFolder();
   void attachImages();
@@ -198,6 +236,20 @@ class MainWindow : public QMainWindow {
   bool tryExport(const QString& title, const std::function<void()>& write);
 
   QThread m_thread;
+  QThread m_analysisThread;
+  AnalysisWorker* m_analysis = nullptr;  // lives on m_analysisThread; deleted when it finishes
+  CompareWindow* m_compare = nullptr;
+  EvaluateWindow* m_evaluate = nullptr;
+  QAction* m_compareAction = nullptr;
+  QAction* m_evaluateAction = nullptr;
+  bool m_comparePending = false;  // waiting for the transcript to start a comparison
+  trimkv::EvictionSettings m_compareSides[2];
+  TourPanel* m_tour = nullptr;
+  std::unique_ptr<QTemporaryDir> m_sampleDir;  // the tour's sample image
+  ConversationList* m_conversationList = nullptr;
+  QDockWidget* m_conversationDock = nullptr;
+  QScrollArea* m_stripScroll = nullptr;
+  QString m_openingConversation;  // the file of the open request in flight (for the list)
   SessionWorker* m_worker = nullptr;  // lives on m_thread; deleted when it finishes
 
   QLabel* m_modelLabel = nullptr;

@@ -113,6 +113,10 @@ void SessionWorker::setEviction(const trimkv::EvictionSettings& settings) {
   Q_EMIT evictionApplied(settings);
 }
 
+void SessionWorker::provideTranscript() {
+  Q_EMIT transcriptProvided(m_engine ? m_engine->transcript() : std::vector<trimkv::Message>{});
+}
+
 void SessionWorker::setGenerationParams(const trimkv::GenerationParams& params) { m_params = params; }
 
 void SessionWorker::setSystemPrompt(const QString& text) {

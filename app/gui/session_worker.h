@@ -12,6 +12,7 @@
 //   replayConversation -> replayStarted, then per user turn userTurnStarted, textChunk*,
 //                 frameReady*, and answerReplayed (every turn but the last) or, for the last
 //                 (or a stopped) one, turnFinished; or turnFailed (conversation restored)
+//   provideTranscript -> transcriptProvided (empty without a model)
 //   setEviction -> evictionApplied, or errorOccurred (the previous settings stay)
 //   reset      -> conversationReset + frameReady
 //   saveConversation -> conversationSaved, or errorOccurred
@@ -76,6 +77,8 @@ class SessionWorker : public QObject {
   // conversation stays as it was.
   void loadConversation(const QString& path);
   void setEviction(const trimkv::EvictionSettings& settings);
+  // Emits transcriptProvided with the conversation as it stands (after the requests before it).
+  void provideTranscript();
   void setGenerationParams(const trimkv::GenerationParams& params);
 
  Q_SIGNALS:
@@ -95,6 +98,7 @@ class SessionWorker : public QObject {
   void conversationSaved(const QString& path);
   void conversationLoaded(const std::vector<trimkv::Message>& messages);
   void autosaved(const QString& path);
+  void transcriptProvided(const std::vector<trimkv::Message>& messages);
   // A problem the user must see: `title` says what failed ("Cannot open the model"), `message`
   // is the library's error text naming the folder, file, field or setting.
   void errorOccurred(const QString& title, const QString& message);

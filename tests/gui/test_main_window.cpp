@@ -27,7 +27,20 @@
 #include <set>
 #include <tuple>
 
+#include <QLineEdit>
+#include <QListWidget>
+#include <QProgressBar>
+#include <QTableWidget>
+#include <QtCharts/QChart>
+#include <QtCharts/QChartView>
+#include <QtCharts/QLineSeries>
+
+#include "analysis_worker.h"
 #include "budget_control.h"
+#include "compare_window.h"
+#include "conversation_list.h"
+#include "evaluate_window.h"
+#include "tour_panel.h"
 #include "budget_units.h"
 #include "chat_input.h"
 #include "conversation_file.h"
@@ -84,6 +97,14 @@ class MainWindowTest : public QObject {
     const auto s = applied.takeLast().at(0).value<trimkv::EvictionSettings>();
     QVERIFY(s.budget_per_head.has_value());
     QCOMPARE(*s.budget_per_head, int64_t{budget});
+  }
+
+  // With TRIMKV_GUI_SHOTS=DIR, saves what `w` shows to DIR/name (to look at the windows).
+  QRect onWindowRect(QWidget* w) const { return {w->mapTo(m_window.get(), QPoint(0, 0)), w->size()}; }
+
+  static void saveShot(QWidget* w, const QString& name) {
+    const QString dir = qEnvironmentVariable("TRIMKV_GUI_SHOTS");
+    if (!dir.isEmpty()) w->grab().save(QDir(dir).filePath(name));
   }
 
   void newConversation() {
@@ -938,6 +959,346 @@ class MainWindowTest : public QObject {
     QVERIFY(loaded.wait(kLoadTimeoutMs));
     QVERIFY(indicatorShown);
     QTRY_VERIFY(!m_window->loadIndicator()->isVisible());
+  }
+
+  // --- issue 7, second part: Compare, mini evaluation, teaching, conversation list -----------
+
+  void compareShowsTwoSettingsSideBySideOnItsOwnEngine() {
+    trimkv::GenerationParams params;
+    params.max_new_tokens = 12;
+    params.stop_at_eos = false;
+    m_window->setGenerationParams(params);
+    newConversation();
+    {  // An empty conversation has nothing to compare: said so, and the window is ready again.
+      QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+      QSignalSpy done(m_window->compareWindow(), &CompareWindow::finished);
+      m_window->compareWindow()->start();
+      QTRY_COMPARE_WITH_TIMEOUT(done.size(), 1, 10000);
+      QCOMPARE(done.first().at(0).toBool(), true);
+      QVERIFY(!errors.isEmpty() && errors.first().at(1).toString().contains(QStringLiteral("no message")));
+      QVERIFY(!m_window->compareWindow()->isRunning());
+      for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    }
+    answer(QStringLiteral("What is in the image?"), {kImage});
+    answer(QStringLiteral("And the colour?"), {});
+    const int messages = m_window->conversation()->messageCount();
+    const int64_t chatTokens = m_window->lastFrame().state.tokens;
+    QCOMPARE(messages, 4);
+
+    QVERIFY(m_window->compareAction()->isEnabled());
+    m_window->compareAction()->trigger();
+    CompareWindow* cw = m_window->compareWindow();
+    QVERIFY(cw->isVisible());
+    // It opens on the full cache (A) against what the chat runs under (B).
+    const std::string chatPolicy = m_window->lastFrame().state.policy;
+    QCOMPARE(cw->side(0).policy, std::string("full"));
+    QCOMPARE(cw->side(1).policy, chatPolicy == "full" ? std::string("h2o") : chatPolicy);
+    trimkv::EvictionSettings full;
+    full.policy = "full";
+    trimkv::EvictionSettings small;
+    small.policy = "h2o";
+    small.budget_per_head = 4;
+    // A side's policy options: the chat's own form, in an Options menu per side.
+    trimkv::EvictionSettings snap;
+    snap.policy = "snapkv";
+    snap.options = {"window=4"};
+    snap.budget_per_head = 8;
+    cw->setSide(1, snap);
+    QCOMPARE(cw->side(1).options, std::vector<std::string>{"window=4"});
+    auto* window = qobject_cast<QSpinBox*>(cw->optionsForm(1)->editor(QStringLiteral("window")));
+    QVERIFY(window);
+    QCOMPARE(window->value(), 4);
+    window->setValue(6);
+    QCOMPARE(cw->side(1).options, std::vector<std::string>{"window=6"});
+    cw->setSide(0, full);
+    cw->setSide(1, small);
+    QVERIFY(cw->side(1).options.empty());
+    QCOMPARE(cw->side(1).policy, std::string("h2o"));
+    QCOMPARE(*cw->side(1).budget_per_head, int64_t{4});
+    QVERIFY(!cw->side(0).budget_per_head.has_value());
+
+    QSignalSpy finished(cw, &CompareWindow::finished);
+    QTest::mouseClick(cw->runButton(), Qt::LeftButton);
+    QVERIFY(cw->isRunning());
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), false);  // not cancelled
+    QCOMPARE(cw->progressBar()->value(), cw->progressBar()->maximum());
+
+    // Two answers per side, one per user turn.
+    for (int side = 0; side < 2; ++side) {
+      QCOMPARE(cw->answers(side).size(), 2);
+      for (const QString& a : cw->answers(side)) QVERIFY(!a.isEmpty());
+      QVERIFY(cw->answerView(side)->toPlainText().contains(QStringLiteral("And the colour?")));
+    }
+    // A: the full cache holds every position in every head; B: at most M = 4 per head.
+    const InspectorFrame& a = cw->frame(0);
+    const InspectorFrame& b = cw->frame(1);
+    QVERIFY(a.kv && b.kv);
+    QCOMPARE(a.kv->policy, std::string("full"));
+    QCOMPARE(cw->grid(0)->layerCount(), static_cast<int>(m_window->model().info.n_layer));
+    QCOMPARE(cw->grid(1)->headCount(), static_cast<int>(m_window->model().info.n_kv_head));
+    for (int l = 0; l < cw->grid(0)->layerCount(); ++l)
+      for (int h = 0; h < cw->grid(0)->headCount(); ++h) {
+        QCOMPARE(cw->grid(0)->cellCounts(l, h).total(), a.kv->n_tokens);
+        const int64_t kept = cw->grid(1)->cellCounts(l, h).total();
+        QVERIFY2(kept >= 1 && kept <= 4, qPrintable(QStringLiteral("B head %1.%2 keeps %3").arg(l).arg(h).arg(kept)));
+        QVERIFY(cw->grid(1)->cellCounts(l, h) == b.kv->head(l, h).counts);
+      }
+    QVERIFY(b.kv->n_events > 0);
+
+    // One click selects the head on both sides: strips and overlays follow.
+    const int lastLayer = cw->grid(1)->layerCount() - 1;
+    cw->grid(1)->setSelectedHead(lastLayer, 1);
+    QCOMPARE(cw->grid(0)->selectedLayer(), lastLayer);
+    QCOMPARE(cw->grid(0)->selectedHead(), 1);
+    QCOMPARE(cw->strip(0)->keptCount(), static_cast<int>(a.kv->n_tokens));
+    QCOMPARE(cw->strip(1)->keptCount(), static_cast<int>(b.kv->head(lastLayer, 1).entries.size()));
+    QVERIFY(cw->overlay(0)->hasImage() && cw->overlay(1)->hasImage());
+    QCOMPARE(cw->overlay(0)->keptPatchCount(), cw->overlay(0)->patchCount());
+    QVERIFY(cw->overlay(1)->keptPatchCount() <= 4);
+
+    // The chat is untouched.
+    QCOMPARE(m_window->conversation()->messageCount(), messages);
+    QCOMPARE(m_window->lastFrame().state.tokens, chatTokens);
+
+    saveShot(cw, QStringLiteral("compare.png"));
+    // Cancel ends a run promptly, and the window can run again afterwards (long answers: the run
+    // must still be going when the click comes).
+    params.max_new_tokens = 300;
+    m_window->setGenerationParams(params);
+    QSignalSpy progress(m_window->analysisWorker(), &AnalysisWorker::progress);
+    cw->start();
+    QTRY_VERIFY_WITH_TIMEOUT(!progress.isEmpty(), 10000);
+    QElapsedTimer clock;
+    clock.start();
+    QTest::mouseClick(cw->cancelButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(10000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY(clock.elapsed() < 5000);
+    QVERIFY(!cw->isRunning());
+    QVERIFY(cw->runButton()->isEnabled());
+    params.max_new_tokens = 12;
+    m_window->setGenerationParams(params);
+    // Closing the window while it runs cancels the run.
+    cw->start();
+    QVERIFY(cw->isRunning());
+    cw->close();
+    QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 10000);  // may end at once: not started yet
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY(!cw->isRunning());
+  }
+
+  void theMiniEvaluationTablesAndPlotsAccuracyAgainstBudgetAndCancels() {
+    m_window->evaluateAction()->trigger();
+    EvaluateWindow* ev = m_window->evaluateWindow();
+    QVERIFY(ev->isVisible());
+    ev->clearResults();
+    ev->conversationsSpin()->setValue(2);
+    ev->seedSpin()->setValue(3);
+    QCOMPARE(ev->policyList()->findItems(QStringLiteral("full"), Qt::MatchExactly).size(), 0);  // always run
+    QCOMPARE(ev->policyList()->findItems(QStringLiteral("h2o"), Qt::MatchExactly).size(), 1);
+    ev->setCheckedPolicies({});
+    QVERIFY(!ev->runButton()->isEnabled());  // no policy
+    ev->setCheckedPolicies({QStringLiteral("h2o"), QStringLiteral("streamingllm")});
+    QCOMPARE(ev->checkedPolicies(), (QStringList{"h2o", "streamingllm"}));
+    ev->budgetsEdit()->setText(QStringLiteral("x, 4"));
+    QVERIFY(!ev->runButton()->isEnabled());  // not a list of budgets
+    ev->budgetsEdit()->setText(QStringLiteral("8, 4"));
+    QCOMPARE(ev->budgets(), (QList<qint64>{4, 8}));
+
+    // A budget a policy cannot take is refused before anything runs (streamingllm's 4 sinks need
+    // more than 4 entries per head).
+    QSignalSpy finished(ev, &EvaluateWindow::finished);
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    QTest::mouseClick(ev->runButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QTRY_VERIFY(!errors.isEmpty());
+    QVERIFY2(errors.first().at(1).toString().contains(QStringLiteral("sinks")), qPrintable(errors.first().at(1).toString()));
+    QCOMPARE(ev->table()->rowCount(), 0);
+    QVERIFY(ev->runButton()->isEnabled());
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+
+    ev->budgetsEdit()->setText(QStringLiteral("16, 8"));
+    QTest::mouseClick(ev->runButton(), Qt::LeftButton);
+    QVERIFY(ev->isRunning());
+    QVERIFY(finished.wait(4 * kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), false);
+
+    // Rows: the full cache, then each policy at 8 and at 16 entries per head.
+    QTableWidget* table = ev->table();
+    QCOMPARE(table->rowCount(), 5);
+    QCOMPARE(table->item(3, 0)->text(), QStringLiteral("streamingllm"));
+    QCOMPARE(table->item(4, 1)->text(), QStringLiteral("16"));
+    QCOMPARE(table->item(0, 0)->text(), QStringLiteral("full"));
+    QCOMPARE(table->item(1, 0)->text(), QStringLiteral("h2o"));
+    QCOMPARE(table->item(1, 1)->text(), QStringLiteral("8"));
+    QCOMPARE(table->item(2, 1)->text(), QStringLiteral("16"));
+    const trimkv::ModelInfo& info = m_window->model().info;
+    QCOMPARE(table->item(2, 2)->text(), QString::number(16 * info.n_layer * info.n_kv_head));
+    const std::vector<EvalCell>& cells = ev->cells();
+    QCOMPARE(cells.size(), size_t{5});
+    for (const EvalCell& c : cells) {
+      QVERIFY(c.n > 0);
+      QCOMPARE(c.n, cells[0].n);  // every cell answers the same questions
+      QCOMPARE(c.failures, qint64{0});
+      QVERIFY(c.accuracy >= 0 && c.accuracy <= 1);
+    }
+    QVERIFY(cells[1].meanKvEntries < cells[0].meanKvEntries);  // a budget holds less than the full cache
+
+    // The plot: the full cache's dashed reference and one line per policy through its budgets.
+    const QList<QAbstractSeries*> series = ev->chart()->series();
+    QCOMPARE(series.size(), 3);
+    QCOMPARE(series[2]->name(), QStringLiteral("streamingllm"));
+    auto* ref = qobject_cast<QLineSeries*>(series[0]);
+    auto* line = qobject_cast<QLineSeries*>(series[1]);
+    QVERIFY(ref && line);
+    QCOMPARE(ref->pen().style(), Qt::DashLine);
+    QCOMPARE(line->name(), QStringLiteral("h2o"));
+    QCOMPARE(line->count(), 2);
+    QCOMPARE(line->at(0), QPointF(8, cells[1].accuracy));
+
+    // Exports: CSV with a header and one line per row; PNG that decodes.
+    QTemporaryDir dir;
+    const QString csv = dir.filePath(QStringLiteral("eval.csv"));
+    const QString png = dir.filePath(QStringLiteral("eval.png"));
+    QVERIFY(ev->exportCsv(csv));
+    QVERIFY(ev->exportPlot(png));
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QList<QByteArray> lines = f.readAll().trimmed().split('\n');
+    QCOMPARE(lines.size(), 6);
+    QVERIFY(lines[0].startsWith("policy,budget_per_head,budget_global,accuracy"));
+    QVERIFY(lines[2].startsWith("h2o,8,"));
+    QVERIFY(!QImage(png).isNull());
+    saveShot(ev, QStringLiteral("evaluate.png"));
+
+    // Cancel: a long run stops within moments and leaves the app usable.
+    ev->conversationsSpin()->setValue(20);
+    ev->setCheckedPolicies({QStringLiteral("h2o")});
+    ev->budgetsEdit()->setText(QStringLiteral("2, 4, 8, 16"));
+    QTest::mouseClick(ev->runButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(ev->progressBar()->maximum() > 1 && ev->progressBar()->value() >= 1, kTurnTimeoutMs);
+    // One analysis job at a time: a comparison asked for meanwhile is refused, the evaluation goes on.
+    errors.clear();
+    QSignalSpy compareDone(m_window->compareWindow(), &CompareWindow::finished);
+    m_window->compareWindow()->start();
+    QCOMPARE(compareDone.size(), 1);
+    QCOMPARE(compareDone.first().at(0).toBool(), true);
+    QVERIFY(!errors.isEmpty() && errors.first().at(1).toString().contains(QStringLiteral("evaluation is running")));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    QVERIFY(ev->isRunning());
+    QElapsedTimer clock;
+    clock.start();
+    QTest::mouseClick(ev->cancelButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(10000));
+    QCOMPARE(finished.takeFirst().at(0).toBool(), true);
+    QVERIFY2(clock.elapsed() < 5000, qPrintable(QString::number(clock.elapsed())));
+    QVERIFY(!ev->isRunning());
+    QVERIFY(ev->runButton()->isEnabled());
+    QCOMPARE(ev->table()->rowCount(), 5);  // the finished rows stay
+    // Closing the window frees the analysis engine (the second copy of the model).
+    QSignalSpy released(m_window->analysisWorker(), &AnalysisWorker::engineReleased);
+    ev->close();
+    // (emitted on the worker's thread, possibly before a wait() would start: poll the spy)
+    QTRY_VERIFY_WITH_TIMEOUT(!released.isEmpty(), 10000);
+    const TurnStats stats = answer(QStringLiteral("Still there?"), {});
+    QVERIFY(stats.generatedTokens > 0);
+  }
+
+  void termsAreExplainedWhereTheyAreShown() {
+    const trimkv::ModelInfo& info = m_window->model().info;
+    const int64_t m = m_window->budgetControl()->entriesPerHead();
+    const QString budget = m_window->budgetControl()->whatsThis();
+    QVERIFY(budget.contains(QStringLiteral("M_global = M·L·H_kv")));
+    QVERIFY2(budget.contains(QStringLiteral("M_global = %1").arg(m * info.n_layer * info.n_kv_head)), qPrintable(budget));
+    QVERIFY(budget.contains(QStringLiteral("each KV head of each layer")));
+    QVERIFY(m_window->shadeCombo()->whatsThis().contains(QStringLiteral("β")));
+    QVERIFY(m_window->policyCombo()->whatsThis().contains(QStringLiteral("β")));
+    const QString grid = m_window->headGrid()->whatsThis();
+    QVERIFY(grid.contains(ModalityPalette::text().name()) && grid.contains(ModalityPalette::image().name()));
+    QVERIFY(m_window->headStrip()->whatsThis().contains(QStringLiteral("evicted")));
+    QVERIFY(!m_window->imageOverlay()->whatsThis().isEmpty());
+    QVERIFY(!m_window->headGrid()->toolTip().isEmpty());
+  }
+
+  void theGuidedTourStepsThroughEveryStepAndHighlightsItsWidget() {
+    TourPanel* tour = m_window->tour();
+    auto* tourAction = m_window->findChild<QAction*>(QStringLiteral("tourAction"));
+    QVERIFY(tourAction);
+    tourAction->trigger();
+    QVERIFY(tour->isVisible());
+    QCOMPARE(tour->stepCount(), 7);
+    QCOMPARE(tour->currentStep(), 0);
+    QVERIFY(!tour->backButton()->isEnabled());
+
+    // Step 1's action sends the sample turn.
+    const int before = m_window->conversation()->messageCount();
+    QVERIFY(tour->actionButton()->isVisible());
+    QSignalSpy finished(m_window.get(), &MainWindow::answerFinished);
+    QTest::mouseClick(tour->actionButton(), Qt::LeftButton);
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(m_window->conversation()->messageCount(), before + 2);
+
+    for (int i = 0; i < tour->stepCount(); ++i) {
+      QCOMPARE(tour->currentStep(), i);
+      QWidget* target = tour->currentTarget();
+      QVERIFY2(target, qPrintable(QStringLiteral("step %1 has no widget").arg(i)));
+      QVERIFY2(target->isVisible(), qPrintable(QStringLiteral("step %1's widget is hidden").arg(i)));
+      QVERIFY(tour->highlight()->isVisible());
+      QCOMPARE(tour->highlight()->target(), target);
+      QVERIFY(!tour->geometry().intersects(onWindowRect(target)));  // the panel does not hide its widget
+      QVERIFY(tour->height() >= tour->heightForWidth(tour->width()));  // its whole text shows
+      const QRect onWindow(target->mapTo(m_window.get(), QPoint(0, 0)), target->size());
+      QVERIFY(tour->highlight()->geometry().contains(onWindow));
+      if (i == 3) saveShot(m_window.get(), QStringLiteral("tour.png"));
+      if (i == 2) {  // "Click a head": its action selects one
+        QTest::mouseClick(tour->actionButton(), Qt::LeftButton);
+        QCOMPARE(m_window->headGrid()->selectedLayer(), m_window->headGrid()->layerCount() - 1);
+      }
+      if (i + 1 < tour->stepCount()) QTest::mouseClick(tour->nextButton(), Qt::LeftButton);
+    }
+    QTest::mouseClick(tour->backButton(), Qt::LeftButton);
+    QCOMPARE(tour->currentStep(), tour->stepCount() - 2);
+    QTest::mouseClick(tour->nextButton(), Qt::LeftButton);
+    QCOMPARE(tour->nextButton()->text(), QStringLiteral("Finish"));
+    QTest::mouseClick(tour->nextButton(), Qt::LeftButton);
+    QVERIFY(!tour->isVisible());
+    QVERIFY(!tour->highlight()->isVisible());
+    // Close works from any step.
+    tour->start();
+    tour->next();
+    QTest::mouseClick(tour->closeButton(), Qt::LeftButton);
+    QVERIFY(!tour->isVisible());
+  }
+
+  void theConversationListOpensSavedAndAutosavedConversations() {
+    QTemporaryDir dir;
+    ConversationList* list = m_window->conversationList();
+    QVERIFY(list->isVisible());
+    const QString autosave = dir.filePath(QStringLiteral("autosave/conversation.json"));
+    m_window->setAutosaveFile(autosave);
+    QSignalSpy autosaved(m_window.get(), &MainWindow::autosaved);
+    answer(QStringLiteral("One more?"), {});
+    QTRY_VERIFY(!autosaved.isEmpty());
+    QTRY_COMPARE(list->pathAt(0), QFileInfo(autosave).absoluteFilePath());
+
+    const QString path = dir.filePath(QStringLiteral("listed.json"));
+    const int messages = m_window->conversation()->messageCount();
+    QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
+    m_window->saveConversation(path);
+    QVERIFY(saved.wait(10000));
+    QCOMPARE(list->pathAt(1), QFileInfo(path).absoluteFilePath());
+    QVERIFY(ConversationList::recentFiles().contains(QFileInfo(path).absoluteFilePath()));
+
+    newConversation();
+    QCOMPARE(m_window->conversation()->messageCount(), 0);
+    QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
+    QListWidgetItem* item = list->list()->item(1);
+    QTest::mouseClick(list->list()->viewport(), Qt::LeftButton, {}, list->list()->visualItemRect(item).center());
+    QVERIFY(loaded.wait(kTurnTimeoutMs));
+    QCOMPARE(m_window->conversation()->messageCount(), messages);
+    m_window->setAutosaveFile(QString());
   }
 };
 
