@@ -45,13 +45,16 @@ AnalysisWorker::~AnalysisWorker() = default;
 
 void AnalysisWorker::requestStop() { m_cancel.store(true); }
 
-ChatEngine& AnalysisWorker::engineFor(const QString& dir) {
-  if (!m_engine || m_modelDir != dir) {
+ChatEngine& AnalysisWorker::engineFor(const QString& dir, const QString& gates) {
+  if (!m_engine || m_modelDir != dir || m_gates != gates) {
     m_engine.reset();  // one engine at a time: the old one's memory goes first
     m_modelDir.clear();
     Q_EMIT progress(0, 0, tr("Loading the model for this job…"));
-    m_engine = ChatEngine::load(dir.toStdString());
+    trimkv::EngineOptions options;
+    options.gates = gates.toStdString();
+    m_engine = ChatEngine::load(dir.toStdString(), options);
     m_modelDir = dir;
+    m_gates = gates;
   }
   return *m_engine;
 }
@@ -89,7 +92,7 @@ void AnalysisWorker::runCompare(const CompareRequest& request) {
   }
   const int total = 2 * static_cast<int>(users.size());
   try {
-    ChatEngine& engine = engineFor(request.modelDir);
+    ChatEngine& engine = engineFor(request.modelDir, request.gates);
     for (int side = 0; side < 2; ++side) {
       engine.set_eviction(request.sides[side]);  // checked against the model before any work
       engine.set_system_prompt(system);
@@ -149,7 +152,7 @@ void AnalysisWorker::runEvaluation(const EvalRequest& request) {
     const std::vector<world::WorldRecord> conversations = world::read_world_jsonl(data, -1, &readFailures);
     TRIMKV_CHECK(!conversations.empty(), Input, data, ": no conversation to evaluate");
 
-    ChatEngine& engine = engineFor(request.modelDir);
+    ChatEngine& engine = engineFor(request.modelDir, request.gates);
     const trimkv::ModelInfo info = engine.info();
     const qint64 heads = static_cast<qint64>(info.n_layer) * static_cast<qint64>(info.n_kv_head);
 

@@ -27,6 +27,7 @@
 // answered anew under two eviction settings.
 struct CompareRequest {
   QString modelDir;
+  QString gates;  // as the chat's model was loaded (ModelSummary::gates)
   std::vector<trimkv::Message> messages;  // the transcript; assistant messages are ignored
   trimkv::EvictionSettings sides[2];
   trimkv::GenerationParams params;
@@ -37,6 +38,7 @@ struct CompareRequest {
 // (entries per layer and KV head), with gold history, as `trimkv eval-sweep` does.
 struct EvalRequest {
   QString modelDir;
+  QString gates;  // as the chat's model was loaded (ModelSummary::gates)
   int conversations = 20;
   quint64 seed = 7;
   int maxImages = 3;  // per conversation (world options; kept small: a mini evaluation)
@@ -94,11 +96,11 @@ class AnalysisWorker : public QObject {
 
  private:
   // The engine for `dir`, loaded when it is not the one held (throws what ChatEngine::load throws).
-  trimkv::vision::ChatEngine& engineFor(const QString& dir);
+  trimkv::vision::ChatEngine& engineFor(const QString& dir, const QString& gates);
   InspectorFrame frame() const;
 
   std::unique_ptr<trimkv::vision::ChatEngine> m_engine;
-  QString m_modelDir;
+  QString m_modelDir, m_gates;
   std::atomic<bool> m_cancel{false};
   std::unique_ptr<QTemporaryDir> m_worldDir;  // the generated test set, kept for the worker's life
   quint64 m_worldSeed = 0;

@@ -134,6 +134,18 @@ void MainWindow::buildMenus() {
   open->setToolTip(tr("Open a model folder (a Hugging Face checkpoint of a supported family) (Ctrl+Shift+O)"));
   open->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
   connect(open, &QAction::triggered, this, &MainWindow::chooseModelFolder);
+  QMenu* gates = file->addMenu(tr("Retention &gates"));
+  gates->setToolTipsVisible(true);
+  QAction* gatesFile = gates->addAction(tr("Choose a gates &file…"));
+  gatesFile->setObjectName(QStringLiteral("chooseGatesAction"));
+  gatesFile->setToolTip(tr("Reload the model with a retention-gates file (ours .safetensors or the reference's "
+                           "trimkv_weights.pth); a file made for another model is refused"));
+  connect(gatesFile, &QAction::triggered, this, &MainWindow::chooseGatesFile);
+  QAction* ownGates = gates->addAction(tr("The model folder's &own"));
+  connect(ownGates, &QAction::triggered, this, [this] { openModel(m_model.dir, QString()); });
+  QAction* noGates = gates->addAction(tr("&None"));
+  noGates->setToolTip(tr("Reload the model without gates (dbtrimkv and trimkv then cannot run)"));
+  connect(noGates, &QAction::triggered, this, [this] { openModel(m_model.dir, QStringLiteral("none")); });
   m_recentMenu = file->addMenu(tr("Open &recent model"));
   connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
   fillRecentMenu();
@@ -599,7 +611,13 @@ void MainWindow::resizeEvent(QResizeEvent* event) {
 
 // --- requests ----------------------------------------------------------------------------------
 
-void MainWindow::openModel(const QString& dir) { Q_EMIT requestLoad(dir); }
+void MainWindow::openModel(const QString& dir, const QString& gates) { Q_EMIT requestLoad(dir, gates); }
+
+void MainWindow::chooseGatesFile() {
+  const QString file = QFileDialog::getOpenFileName(this, tr("Choose retention gates for %1").arg(m_model.dir),
+                                                    m_model.dir, tr("Retention gates (*.safetensors *.pth)"));
+  if (!file.isEmpty()) openModel(m_model.dir, file);
+}
 
 void MainWindow::sendTurn(const QString& text, const QStringList& images) {
   if (m_answering) return;  // one turn at a time; the input keeps the text
@@ -1247,6 +1265,7 @@ void MainWindow::buildAnalysis() {
       return;
     }
     request.modelDir = m_model.dir;
+    request.gates = m_model.gates;
     request.params.max_new_tokens = 8;  // the answers are one or two words (as `trimkv eval`)
     m_analysis->arm();
     Q_EMIT requestEvaluation(request);
@@ -1283,6 +1302,7 @@ void MainWindow::onTranscriptForCompare(const std::vector<trimkv::Message>& mess
   m_comparePending = false;
   CompareRequest request;
   request.modelDir = m_model.dir;
+  request.gates = m_model.gates;
   request.messages = messages;
   request.sides[0] = m_compareSides[0];
   request.sides[1] = m_compareSides[1];

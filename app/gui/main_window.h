@@ -56,7 +56,10 @@ class MainWindow : public QMainWindow {
   ~MainWindow() override;
 
   // Requests (all asynchronous; results arrive as signals).
-  void openModel(const QString& dir);
+  // gates: "" = the folder's own retention gates, "none", or a gates file (SessionWorker::loadModel).
+  void openModel(const QString& dir, const QString& gates = QString());
+  // Reloads the current model with other gates (a new conversation starts).
+  void chooseGatesFile();
   void sendTurn(const QString& text, const QStringList& images);  // as if typed and sent
   void stopGeneration();
   void regenerate();  // the last answer again, under the current settings
@@ -111,6 +114,7 @@ class MainWindow : public QMainWindow {
   // Shows history frame `index` in the grid, strip and overlay (the last one: live again).
   void scrubTo(int index);
   const ModelSummary& model() const { return m_model; }
+  const trimkv::EvictionSettings& eviction() const { return m_eviction; }  // in force in the worker
   HeadGrid* headGrid() const { return m_grid; }
   HeadStrip* headStrip() const { return m_strip; }
   QCheckBox* allHeadsToggle() const { return m_allHeads; }
@@ -161,7 +165,7 @@ class MainWindow : public QMainWindow {
   void errorReported(const QString& title, const QString& message);
 
   // To the worker (queued).
-  void requestLoad(const QString& dir);
+  void requestLoad(const QString& dir, const QString& gates);
   void requestTurn(const QString& text, const QStringList& images);
   void requestReset();
   void requestSave(const QString& path);

@@ -30,6 +30,7 @@ struct InspectorFrame {
 // The loaded model, as the toolbar and the status bar show it.
 struct ModelSummary {
   QString dir;
+  QString gates;  // how it was loaded: "" the folder's own gates, "none", or a gates file
   trimkv::ModelInfo info;
   trimkv::vision::VisionInfo vision;
   std::vector<trimkv::PolicyDescription> policies;  // every policy of the eviction engine

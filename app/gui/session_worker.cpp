@@ -61,15 +61,18 @@ SessionWorker::~SessionWorker() = default;
 
 void SessionWorker::requestStop() { m_cancel.store(true); }
 
-void SessionWorker::loadModel(const QString& dir) {
+void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   BusyScope busy(this);
   Q_EMIT modelLoading(dir);
   std::unique_ptr<ChatEngine> engine;
   try {
     // Loaded aside: on error the current model and conversation stay as they are.
-    engine = ChatEngine::load(dir.toStdString());
+    trimkv::EngineOptions options;
+    options.gates = gates.toStdString();
+    engine = ChatEngine::load(dir.toStdString(), options);
   } catch (const std::exception& e) {
-    Q_EMIT errorOccurred(tr("Cannot open the model"), errorText(e));
+    Q_EMIT errorOccurred(gates.isEmpty() ? tr("Cannot open the model") : tr("Cannot open the model with these gates"),
+                         errorText(e));
     return;
   }
   m_engine = std::move(engine);
@@ -78,6 +81,7 @@ void SessionWorker::loadModel(const QString& dir) {
   m_tokens.reset();
   ModelSummary summary;
   summary.dir = dir;
+  summary.gates = gates;
   summary.info = m_engine->info();
   summary.vision = m_engine->vision_info();
   summary.policies = trimkv::describe_policies();

@@ -50,7 +50,9 @@ class SessionWorker : public QObject {
   void requestStop();
 
  public Q_SLOTS:
-  void loadModel(const QString& dir);
+  // gates: "" = the folder's own retention gates (if any), "none", or a gates file
+  // (.safetensors ours, .pth the reference's), checked against the model.
+  void loadModel(const QString& dir, const QString& gates = QString());
   // `text` may hold <image> placeholders; images without placeholders go first.
   void sendTurn(const QString& text, const QStringList& images);
   // Answers the last question again under the current settings: the conversation is rebuilt from

@@ -18,6 +18,8 @@
 #include <QTextBlock>
 #include <QScrollBar>
 #include <cmath>
+#include <QDir>
+#include <QFileInfo>
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSignalSpy>
@@ -1299,6 +1301,48 @@ class MainWindowTest : public QObject {
     QVERIFY(loaded.wait(kTurnTimeoutMs));
     QCOMPARE(m_window->conversation()->messageCount(), messages);
     m_window->setAutosaveFile(QString());
+  }
+
+  // Last: it reloads the model (a new conversation), which the tests above do not expect.
+  void retentionGatesCanBeChosenAndAWrongFileIsRefused() {
+    const QString dir = m_window->model().dir;
+    const std::string before = m_window->model().info.gates_file;
+    const QString policy = QString::fromStdString(m_window->eviction().policy);
+    // Gates made for another model (the demo model's, 192 wide) are refused, naming the file; the
+    // model loaded before stays, with its gates.
+    const QString wrong = QDir::cleanPath(QStringLiteral(TRIMKV_TEST_DATA_DIR
+                                                         "/../../resources/demo-model/retention_gates.safetensors"));
+    QVERIFY(QFileInfo::exists(wrong));
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    m_window->openModel(dir, wrong);
+    QVERIFY(errors.wait(kLoadTimeoutMs));
+    QVERIFY(errors.first().at(0).toString().contains(QStringLiteral("gates")));
+    QVERIFY2(errors.first().at(1).toString().contains(QStringLiteral("retention_gates.safetensors")),
+             qPrintable(errors.first().at(1).toString()));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    QCOMPARE(m_window->model().info.gates_file, before);
+    // Gates that fit (a DBTrimKV file for this decoder's shape) are taken; "none" drops them.
+    const QString fitting = QStringLiteral(TRIMKV_TEST_DATA_DIR "/gates/llama_gqa_dbtrimkv.safetensors");
+    QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
+    m_window->openModel(dir, fitting);
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(QString::fromStdString(m_window->model().info.gates_file), fitting);
+    QCOMPARE(m_window->model().gates, fitting);
+    m_window->openModel(dir, QStringLiteral("none"));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QVERIFY(m_window->model().info.gates_file.empty());
+    QVERIFY(m_window->findChild<QAction*>(QStringLiteral("chooseGatesAction")));
+    // Back to the model and policy of the other tests.
+    m_window->openModel(dir);
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(m_window->model().info.gates_file, before);
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    QComboBox* combo = m_window->policyCombo();
+    for (int i = 0; i < combo->count(); ++i)
+      if (combo->itemData(i).toString() == policy) combo->setCurrentIndex(i);
+    QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(m_window->eviction().policy), policy, 10000);
+    const TurnStats stats = answer(QStringLiteral("Still there?"), {});
+    QVERIFY(stats.generatedTokens > 0);
   }
 };
 
