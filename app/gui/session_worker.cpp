@@ -174,12 +174,10 @@ void SessionWorker::reset() {
 
 void SessionWorker::sendTurn(const QString& text, const QStringList& images) {
   BusyScope busy(this);
-  if (!m_engine) {
-    Q_EMIT turnFailed(tr("No model is loaded."));
+  if (!beginRequest()) {
     Q_EMIT errorOccurred(tr("Cannot send the message"), tr("No model is loaded: open a model folder first."));
     return;
   }
-  m_cancel.store(false);  // a stop from before this request does not apply to it
   QElapsedTimer clock;
   clock.start();
   std::vector<std::string> paths;
@@ -196,13 +194,18 @@ void SessionWorker::sendTurn(const QString& text, const QStringList& images) {
   answerPending(clock, before);
 }
 
-void SessionWorker::regenerate() {
-  BusyScope busy(this);
+bool SessionWorker::beginRequest() {
   if (!m_engine) {
     Q_EMIT turnFailed(tr("No model is loaded."));
-    return;
+    return false;
   }
-  m_cancel.store(false);
+  m_cancel.store(false);  // a stop from before this request does not apply to it
+  return true;
+}
+
+void SessionWorker::regenerate() {
+  BusyScope busy(this);
+  if (!beginRequest()) return;
   QElapsedTimer clock;
   clock.start();
   const std::vector<trimkv::Message> before = m_engine->transcript();
@@ -227,11 +230,7 @@ void SessionWorker::regenerate() {
 
 void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringList& images) {
   BusyScope busy(this);
-  if (!m_engine) {
-    Q_EMIT turnFailed(tr("No model is loaded."));
-    return;
-  }
-  m_cancel.store(false);
+  if (!beginRequest()) return;
   QElapsedTimer clock;
   clock.start();
   const std::vector<trimkv::Message> before = m_engine->transcript();
@@ -258,11 +257,7 @@ void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringL
 
 void SessionWorker::replayConversation() {
   BusyScope busy(this);
-  if (!m_engine) {
-    Q_EMIT turnFailed(tr("No model is loaded."));
-    return;
-  }
-  m_cancel.store(false);
+  if (!beginRequest()) return;
   const std::vector<trimkv::Message> before = m_engine->transcript();
   std::vector<trimkv::Message> system, users;
   for (const trimkv::Message& m : before) {

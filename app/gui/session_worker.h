@@ -106,6 +106,9 @@ class SessionWorker : public QObject {
   void errorOccurred(const QString& title, const QString& message);
 
  private:
+  // The start of every conversation request: false (turnFailed emitted) when no model is loaded;
+  // otherwise clears a stop left from before.
+  bool beginRequest();
   // Builds and emits a frame of the engine's current state (the worker thread only).
   void emitFrame(const QString& phase, int64_t generated, bool withTrace);
   // A failed turn: turnFailed (with `stopped` when it was cancelled, else the error, which also
