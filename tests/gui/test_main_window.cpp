@@ -1308,21 +1308,33 @@ class MainWindowTest : public QObject {
     const QString dir = m_window->model().dir;
     const std::string before = m_window->model().info.gates_file;
     const QString policy = QString::fromStdString(m_window->eviction().policy);
-    // Gates made for another model (the demo model's, 192 wide) are refused, naming the file; the
-    // model loaded before stays, with its gates.
-    const QString wrong = QDir::cleanPath(QStringLiteral(TRIMKV_TEST_DATA_DIR
-                                                         "/../../resources/demo-model/retention_gates.safetensors"));
-    QVERIFY(QFileInfo::exists(wrong));
+    // A file that is no gates file (the fixture's weights) is refused, naming it; the model loaded
+    // before stays, with its gates.
+    const QString wrong = QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/idefics3/model.safetensors");
     QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
     m_window->openModel(dir, wrong);
     QVERIFY(errors.wait(kLoadTimeoutMs));
     QVERIFY(errors.first().at(0).toString().contains(QStringLiteral("gates")));
-    QVERIFY2(errors.first().at(1).toString().contains(QStringLiteral("retention_gates.safetensors")),
+    QVERIFY2(errors.first().at(1).toString().contains(QStringLiteral("idefics3/model.safetensors")),
              qPrintable(errors.first().at(1).toString()));
     for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
     QCOMPARE(m_window->model().info.gates_file, before);
-    // Gates that fit (a DBTrimKV file for this decoder's shape) are taken; "none" drops them.
-    const QString fitting = QStringLiteral(TRIMKV_TEST_DATA_DIR "/gates/llama_gqa_dbtrimkv.safetensors");
+    // Gates made for another model (the demo model's are 192 wide, the Llama fixture's 64) are
+    // refused too, naming the file.
+    const QString llamaGates = QStringLiteral(TRIMKV_TEST_DATA_DIR "/gates/llama_gqa_dbtrimkv.safetensors");
+    const QString demoGates = QDir::cleanPath(QStringLiteral(TRIMKV_TEST_DATA_DIR
+                                                             "/../../resources/demo-model/retention_gates.safetensors"));
+    const QString otherModel = before.empty() ? demoGates : llamaGates;
+    errors.clear();
+    m_window->openModel(dir, otherModel);
+    QVERIFY(errors.wait(kLoadTimeoutMs));
+    QVERIFY2(errors.first().at(1).toString().contains(QFileInfo(otherModel).fileName()),
+             qPrintable(errors.first().at(1).toString()));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    QCOMPARE(m_window->model().info.gates_file, before);
+    // Gates that fit are taken (the folder's own file, chosen explicitly, or for the gate-less
+    // fixture a DBTrimKV file made for its decoder's shape); "none" drops them.
+    const QString fitting = before.empty() ? llamaGates : QString::fromStdString(before);
     QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
     m_window->openModel(dir, fitting);
     QVERIFY(loaded.wait(kLoadTimeoutMs));
