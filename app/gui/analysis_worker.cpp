@@ -7,6 +7,7 @@
 #include "display_message.h"
 #include "eval_runner.h"  // app/cli: the replay loop of `trimkv eval`, shared so the numbers agree
 #include "session_worker.h"
+#include "worker_support.h"
 #include "trimkv/core/error.h"
 #include "trimkv/vision/world.h"
 #include "trimkv/vision/world_eval.h"
@@ -20,24 +21,6 @@ void registerAnalysisTypes() {
   qRegisterMetaType<EvalRequest>("EvalRequest");
   qRegisterMetaType<EvalCell>("EvalCell");
 }
-
-namespace {
-
-class BusyScope {
- public:
-  explicit BusyScope(AnalysisWorker* w) : m_w(w) { Q_EMIT m_w->busyChanged(true); }
-  ~BusyScope() { Q_EMIT m_w->busyChanged(false); }
-
- private:
-  AnalysisWorker* m_w;
-};
-
-bool isCancelled(const std::exception& e) {
-  const auto* err = dynamic_cast<const trimkv::Error*>(&e);
-  return err && err->kind() == trimkv::ErrorKind::Cancelled;
-}
-
-}  // namespace
 
 AnalysisWorker::AnalysisWorker(QObject* parent) : QObject(parent) { registerAnalysisTypes(); }
 
@@ -76,7 +59,7 @@ InspectorFrame AnalysisWorker::frame() const {
 }
 
 void AnalysisWorker::runCompare(const CompareRequest& request) {
-  BusyScope busy(this);
+  BusyScope<AnalysisWorker> busy(this);
   std::string system;
   std::vector<const trimkv::Message*> users;
   for (const trimkv::Message& m : request.messages) {
@@ -118,7 +101,7 @@ void AnalysisWorker::runCompare(const CompareRequest& request) {
         m_modelDir.clear();
       }
     }
-    if (!isCancelled(e) && !m_cancel.load()) Q_EMIT failed(tr("Cannot compare"), QString::fromStdString(e.what()));
+    if (!isCancelled(e) && !m_cancel.load()) Q_EMIT failed(tr("Cannot compare"), errorText(e));
     Q_EMIT compareFinished(true);
     return;
   }
@@ -127,7 +110,7 @@ void AnalysisWorker::runCompare(const CompareRequest& request) {
 }
 
 void AnalysisWorker::runEvaluation(const EvalRequest& request) {
-  BusyScope busy(this);
+  BusyScope<AnalysisWorker> busy(this);
   try {
     if (request.conversations <= 0) throw trimkv::Error(trimkv::ErrorKind::Input, "the test set needs at least one conversation");
     // The test set: generated once per (seed, size, options), kept for the worker's life.
@@ -230,7 +213,7 @@ void AnalysisWorker::runEvaluation(const EvalRequest& request) {
         m_modelDir.clear();
       }
     }
-    if (!isCancelled(e) && !m_cancel.load()) Q_EMIT failed(tr("Cannot evaluate"), QString::fromStdString(e.what()));
+    if (!isCancelled(e) && !m_cancel.load()) Q_EMIT failed(tr("Cannot evaluate"), errorText(e));
     Q_EMIT evalFinished(true);
     return;
   }

@@ -611,6 +611,20 @@ void MainWindow::resizeEvent(QResizeEvent* event) {
 
 // --- requests ----------------------------------------------------------------------------------
 
+bool MainWindow::analysisMayStart(const QString& title, bool otherRunning, const QString& busyTitle,
+                                  const QString& busyText) {
+  if (!m_hasModel) {
+    showError(title, tr("No model is loaded: open a model folder first."));
+    return false;
+  }
+  // One analysis job at a time: its progress and Cancel belong to one window.
+  if (otherRunning) {
+    showError(busyTitle, busyText);
+    return false;
+  }
+  return true;
+}
+
 void MainWindow::openModel(const QString& dir, const QString& gates) { Q_EMIT requestLoad(dir, gates); }
 
 void MainWindow::chooseGatesFile() {
@@ -1227,15 +1241,9 @@ void MainWindow::buildAnalysis() {
 
   connect(m_compare, &CompareWindow::runRequested, this,
           [this](const trimkv::EvictionSettings& a, const trimkv::EvictionSettings& b) {
-            if (!m_hasModel) {
-              showError(tr("Cannot compare"), tr("No model is loaded: open a model folder first."));
-              m_compare->onFinished(true);
-              return;
-            }
-            // One analysis job at a time: its progress and Cancel belong to one window.
-            if (m_evaluate->isRunning()) {
-              showError(tr("Cannot compare now"),
-                        tr("The mini evaluation is running: wait for it or cancel it, then run the comparison."));
+            if (!analysisMayStart(tr("Cannot compare"), m_evaluate->isRunning(), tr("Cannot compare now"),
+                                  tr("The mini evaluation is running: wait for it or cancel it, then run the "
+                                     "comparison."))) {
               m_compare->onFinished(true);
               return;
             }
@@ -1253,14 +1261,8 @@ void MainWindow::buildAnalysis() {
     m_analysis->requestStop();
   });
   connect(m_evaluate, &EvaluateWindow::runRequested, this, [this](EvalRequest request) {
-    if (!m_hasModel) {
-      showError(tr("Cannot evaluate"), tr("No model is loaded: open a model folder first."));
-      m_evaluate->onFinished(true);
-      return;
-    }
-    if (m_compare->isRunning()) {
-      showError(tr("Cannot evaluate now"),
-                tr("A comparison is running: wait for it or cancel it, then run the evaluation."));
+    if (!analysisMayStart(tr("Cannot evaluate"), m_compare->isRunning(), tr("Cannot evaluate now"),
+                          tr("A comparison is running: wait for it or cancel it, then run the evaluation."))) {
       m_evaluate->onFinished(true);
       return;
     }

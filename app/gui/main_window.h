@@ -222,6 +222,10 @@ class MainWindow : public QMainWindow {
   void onTurnFinished(const TurnStats& stats);
   void onTurnFailed(const QString& message);
   void onEvictionApplied(const trimkv::EvictionSettings& settings);
+  // Whether a Compare or Evaluate job may start: a model is loaded and the other window's job is
+  // not running; otherwise a dialog says why.
+  bool analysisMayStart(const QString& title, bool otherRunning, const QString& busyTitle,
+                        const QString& busyText);
   void onHeadSelected(int layer, int head);
   void onConversationLoaded(const std::vector<trimkv::Message>& messages);
   void onReplayStarted(const QString& systemText);

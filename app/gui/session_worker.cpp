@@ -7,6 +7,7 @@
 
 #include "conversation_file.h"
 #include "display_message.h"
+#include "worker_support.h"
 #include "trimkv/core/error.h"
 
 using trimkv::vision::ChatEngine;
@@ -21,23 +22,6 @@ void registerSessionTypes() {
 }
 
 namespace {
-
-QString errorText(const std::exception& e) { return QString::fromStdString(e.what()); }
-
-bool isCancelled(const std::exception& e) {
-  const auto* err = dynamic_cast<const trimkv::Error*>(&e);
-  return err && err->kind() == trimkv::ErrorKind::Cancelled;
-}
-
-// Marks busy for the lifetime of a request.
-class BusyScope {
- public:
-  explicit BusyScope(SessionWorker* w) : m_w(w) { Q_EMIT m_w->busyChanged(true); }
-  ~BusyScope() { Q_EMIT m_w->busyChanged(false); }
-
- private:
-  SessionWorker* m_w;
-};
 
 // The index in `messages` of its `k`-th user message (0-based), or -1.
 int userMessageIndex(const std::vector<trimkv::Message>& messages, int k) {
@@ -62,7 +46,7 @@ SessionWorker::~SessionWorker() = default;
 void SessionWorker::requestStop() { m_cancel.store(true); }
 
 void SessionWorker::loadModel(const QString& dir, const QString& gates) {
-  BusyScope busy(this);
+  BusyScope<SessionWorker> busy(this);
   Q_EMIT modelLoading(dir);
   std::unique_ptr<ChatEngine> engine;
   try {
@@ -160,7 +144,7 @@ void SessionWorker::settleSystemPrompt() {
 
 void SessionWorker::reset() {
   if (!m_engine) return;
-  BusyScope busy(this);
+  BusyScope<SessionWorker> busy(this);
   try {
     m_engine->reset();
   } catch (const std::exception& e) {  // nothing may escape a slot into the event loop
@@ -173,7 +157,7 @@ void SessionWorker::reset() {
 }
 
 void SessionWorker::sendTurn(const QString& text, const QStringList& images) {
-  BusyScope busy(this);
+  BusyScope<SessionWorker> busy(this);
   if (!beginRequest()) {
     Q_EMIT errorOccurred(tr("Cannot send the message"), tr("No model is loaded: open a model folder first."));
     return;
@@ -204,7 +188,7 @@ bool SessionWorker::beginRequest() {
 }
 
 void SessionWorker::regenerate() {
-  BusyScope busy(this);
+  BusyScope<SessionWorker> busy(this);
   if (!beginRequest()) return;
   QElapsedTimer clock;
   clock.start();
@@ -229,7 +213,7 @@ void SessionWorker::regenerate() {
 }
 
 void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringList& images) {
-  BusyScope busy(this);
+  BusyScope<SessionWorker> busy(this);
   if (!beginRequest()) return;
   QElapsedTimer clock;
   clock.start();
@@ -256,7 +240,7 @@ void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringL
 }
 
 void SessionWorker::replayConversation() {
-  BusyScope busy(this);
+  BusyScope<SessionWorker> busy(this);
   if (!beginRequest()) return;
   const std::vector<trimkv::Message> before = m_engine->transcript();
   std::vector<trimkv::Message> system, users;
@@ -307,7 +291,7 @@ void SessionWorker::saveConversation(const QString& path) {
 }
 
 void SessionWorker::loadConversation(const QString& path) {
-  BusyScope busy(this);
+  BusyScope<SessionWorker> busy(this);
   if (!m_engine) {
     Q_EMIT errorOccurred(tr("Cannot open the conversation"), tr("No model is loaded: open a model folder first."));
     return;
