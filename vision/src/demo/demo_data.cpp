@@ -18,7 +18,7 @@ DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefic
   m_seq = m_side * m_side;
   m_image_id = tok.token_to_id(kImagePlaceholder);
   m_image_edge_id = tok.token_to_id(kIdefics3FakeImageToken);
-  m_global_id = tok.token_to_id("<global-img>");
+  m_global_id = tok.token_to_id(kIdefics3GlobalImageToken);
   TRIMKV_CHECK(m_image_id >= 0, Config, "the demo tokenizer lacks '", kImagePlaceholder, "'");
   m_close = tok.encode(idefics3_answer_text("").substr(1), false);
 }

@@ -284,7 +284,7 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir) {
   Idefics3TokenIds ids;
   ids.image = tok.token_to_id("<image>");
   ids.fake = tok.token_to_id(kIdefics3FakeImageToken);
-  ids.global = tok.token_to_id("<global-img>");
+  ids.global = tok.token_to_id(kIdefics3GlobalImageToken);
   TRIMKV_CHECK(ids.image == cfg.image_token_id, Config, "tokenizer '", tok.path(), "': '<image>' is id ",
                ids.image, " but config.json says image_token_id = ", cfg.image_token_id);
   TRIMKV_CHECK(ids.fake >= 0 && ids.global >= 0, Config, "tokenizer '", tok.path(),

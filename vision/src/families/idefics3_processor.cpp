@@ -175,7 +175,7 @@ Idefics3Tiles idefics3_preprocess(const RgbImage& input, const Idefics3Processor
 }
 
 std::string idefics3_image_prompt(int rows, int cols, int image_seq_len) {
-  const std::string fake = kIdefics3FakeImageToken, global = "<global-img>";
+  const std::string fake = kIdefics3FakeImageToken, global = kIdefics3GlobalImageToken;
   std::string image_tokens;
   for (int i = 0; i < image_seq_len; ++i) image_tokens += "<image>";
   if (rows == 0 && cols == 0) return fake + global + image_tokens + fake;

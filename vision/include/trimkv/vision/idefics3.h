@@ -66,8 +66,9 @@ std::string idefics3_system_turn(const std::string& text);
 std::string idefics3_user_turn_close();
 std::string idefics3_answer_text(const std::string& answer);
 
-// The marker around each image's tokens.
+// The marker around each image's tokens, and the one before a global (whole-image) tile.
 inline constexpr const char* kIdefics3FakeImageToken = "<fake_token_around_image>";
+inline constexpr const char* kIdefics3GlobalImageToken = "<global-img>";
 
 // Ids of the structural tokens, looked up in the tokenizer.
 struct Idefics3TokenIds {
