@@ -268,7 +268,7 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   const demo::DemoData data(tok, size, proc);
   const int32_t image_id = tok.token_to_id("<image>");
   world::WorldOptions wo;
-  int checked_objects = 0;
+  int checked_objects = 0, checked_found = 0, checked_counts = 0;
   for (int64_t i = 0; i < 30; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, wo);
     demo::DemoData::Images images;
@@ -312,9 +312,54 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
         CHECK(p < seq.hops[2].rows[r]);
       }
       checked_objects += static_cast<int>(seq.hops[2].head0[r].size());
+      // The lookup tag: a shape word finds by shape, a colour word by colour; whole images for
+      // counts and absent objects (then every target is a visual token of the images asked about).
+      REQUIRE(seq.hops[2].lookup.size() == seq.hops[2].rows.size());
+      const int8_t lookup = seq.hops[2].lookup[r];
+      if (lookup == demo::kLookupImage) {
+        CHECK(seq.hops[2].head0[r].size() % static_cast<size_t>(data.image_seq_len()) == 0);
+      } else {
+        bool shape_word = false;
+        for (int sh = 0; sh < world::kNumShapes; ++sh)
+          shape_word |= word == std::string(" ") + world::shape_name(static_cast<world::Shape>(sh)) ||
+                        word == std::string(" ") + world::shape_plural(static_cast<world::Shape>(sh));
+        CHECK(lookup == (shape_word ? demo::kLookupShape : demo::kLookupColor));
+      }
+    }
+    // Lookup probe targets: words that found exactly one object, with the colour and shape the
+    // word names (a shape word's shape, a colour word's colour) among them.
+    REQUIRE(seq.found_rows.size() == seq.found.size());
+    for (size_t f = 0; f < seq.found_rows.size(); ++f) {
+      const auto& t = seq.found[f];
+      if (t[demo::kFoundCount] != demo::DemoSequence::kNoTarget) {  // a count over one image
+        CHECK(t[demo::kFoundColor] == demo::DemoSequence::kNoTarget);
+        CHECK(t[demo::kFoundRow] == demo::DemoSequence::kNoTarget);
+        CHECK(t[demo::kFoundCount] >= 0);
+        CHECK(t[demo::kFoundCount] <= world::kMaxObjectsLimit);
+        ++checked_counts;
+        continue;
+      }
+      const auto it = std::find(seq.hops[2].rows.begin(), seq.hops[2].rows.end(), seq.found_rows[f]);
+      REQUIRE(it != seq.hops[2].rows.end());
+      const size_t r = static_cast<size_t>(it - seq.hops[2].rows.begin());
+      REQUIRE(seq.hops[2].head0[r].size() == 1);
+      CHECK(seq.hops[2].lookup[r] != demo::kLookupImage);
+      // The cell is the one hop 2 looks at: that visual token's index within its image.
+      const auto cell = std::find(seq.image_pos.begin(), seq.image_pos.end(), seq.hops[2].head0[r][0]);
+      REQUIRE(cell != seq.image_pos.end());
+      const int64_t k = (cell - seq.image_pos.begin()) % data.image_seq_len(), side = 6;
+      CHECK(t[demo::kFoundRow] == k / side);
+      CHECK(t[demo::kFoundCol] == k % side);
+      const std::string word = text_of({seq.found_rows[f]});
+      const std::string shape = world::shape_name(static_cast<world::Shape>(t[demo::kFoundShape]));
+      const std::string colour = world::color_name(static_cast<world::Color>(t[demo::kFoundColor]));
+      CHECK((word == " " + colour || word.rfind(" " + shape, 0) == 0));
+      ++checked_found;
     }
   }
   CHECK(checked_objects > 100);
+  CHECK(checked_found > 20);
+  CHECK(checked_counts > 5);
 }
 
 TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets", "[demo][training]") {

@@ -160,7 +160,7 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
   return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
                                          const at::Tensor& k, const at::Tensor& v) {
-    if (on_qk) on_qk(il, q, k);
+    if (on_qk) on_qk(il, h, q, k);
     at::Tensor bias = logit_bias.empty() ? at::Tensor() : logit_bias[il];
     if (scorer) {
       at::Tensor lb = scorer->log_beta(il, h);  // [n, n_kv]

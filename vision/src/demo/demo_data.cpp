@@ -162,13 +162,35 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
       }
     if (anchor < 0) return;
     std::vector<int64_t> cells;
+    const world::Object* found = nullptr;
+    const world::Scene* found_scene = nullptr;
     if (!counting)
       for (int img : turn.about)
         for (const world::Object& o : conv.scenes[static_cast<size_t>(img)].objects)
-          if (subject.matches(o))
+          if (subject.matches(o)) {
             cells.push_back(seq.image_pos[static_cast<size_t>(img) * static_cast<size_t>(m_seq) +
                                           static_cast<size_t>(object_cell(conv.scenes[static_cast<size_t>(img)], o))]);
-    if (cells.empty())
+            found = &o;
+            found_scene = &conv.scenes[static_cast<size_t>(img)];
+          }
+    if (cells.size() == 1 || (counting && turn.about.size() == 1)) {
+      std::array<int64_t, kFoundFields> t;
+      t.fill(DemoSequence::kNoTarget);
+      if (counting) {
+        t[kFoundCount] = 0;
+        for (const world::Object& o : conv.scenes[static_cast<size_t>(turn.about[0])].objects) t[kFoundCount] += subject.matches(o);
+      } else {
+        t[kFoundColor] = static_cast<int64_t>(found->color);
+        t[kFoundShape] = static_cast<int64_t>(found->shape);
+        const int64_t cell = object_cell(*found_scene, *found);
+        t[kFoundRow] = cell / m_side;
+        t[kFoundCol] = cell % m_side;
+      }
+      seq.found_rows.push_back(anchor);
+      seq.found.push_back(t);
+    }
+    const bool whole_images = cells.empty();
+    if (whole_images)
       for (int img : turn.about) {
         const std::vector<int64_t> t = image_tokens(img);
         cells.insert(cells.end(), t.begin(), t.end());
@@ -191,6 +213,7 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
     seq.hops[2].rows.push_back(anchor);
     seq.hops[2].head0.push_back(cells);
     seq.hops[2].head1.push_back(cells);
+    seq.hops[2].lookup.push_back(whole_images ? kLookupImage : subject.shape >= 0 ? kLookupShape : kLookupColor);
     anchors.push_back(anchor);
   }
   seq.hops[3].rows.push_back(end - 1);

@@ -2,6 +2,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,12 @@ inline constexpr int kAuxOutputs = kAuxColors + kAuxShapes + kAuxSizes;
 // Per patch of the tower (before the pixel shuffle), the object covering the patch's centre
 // pixel: colour and shape classes as above. Local, dense evidence of shape for the tower.
 inline constexpr int kPatchOutputs = kAuxColors + kAuxShapes;
+// The lookup probe's fields: the found object's colour, shape, and the row and column of its
+// centre's cell (in the side x side grid of visual tokens), or the count (0..max objects).
+enum FoundField { kFoundColor, kFoundShape, kFoundCount, kFoundRow, kFoundCol, kFoundFields };
+inline std::array<int64_t, kFoundFields> found_classes(int64_t side) {
+  return {world::kNumColors, world::kNumShapes, world::kMaxObjectsLimit + 1, side, side};
+}
 
 // The ids the model files name.
 struct SpecialIds {
@@ -55,6 +62,11 @@ struct DemoModel {
   // [2 side, text_hidden], [2 side]: each visual token's own row and column in its image's
   // side x side grid (so that what the decoder reads from a token says where it is).
   at::Tensor pos_w, pos_b;
+  // [sum of found_classes, text_hidden], [...]: the lookup probe. After the objects hop (at the
+  // input of the next decoder layer), the word that looked an object up must know that object's
+  // colour, shape and place, or how many objects in the image match it. A training aid like the
+  // probes above: not exported.
+  at::Tensor found_w, found_b;
   std::vector<NamedParameter> vision_params;  // tower + connector + probe
   std::vector<NamedParameter> text_params;    // decoder
 };
@@ -72,17 +84,28 @@ void load_demo_weights(DemoModel& model, const std::string& path);
 
 // --- data (demo_data.cpp) ---------------------------------------------------------------------
 
-// The supervised hops of the answer's lookup, each at decoder layer min(kind, layers - 1):
+// The supervised hops of the answer's lookup, each at decoder layer hop_layer(kind):
 // 0 each visual token looks at its image's label ("Image k:"), 1 each word the question names an
 // object with (its shape, else its colour) looks at the question, 2 that word looks at the
 // cells holding the named objects' centres (at all the image's tokens for counts and absent
 // objects), 3 the position that predicts the answer looks at that word (head 0 at the first
 // subject's, head 1 at the second's).
 inline constexpr int kAttnHops = 4;
+// Hops 0 and 1 share layer 0 (their rows differ: visual tokens, question words), so that the
+// lookup is done by layer 2 and the last layer is free to turn what was found into the answer.
+inline int64_t hop_layer(int kind, int64_t n_layer) {
+  constexpr int64_t kLayer[kAttnHops] = {0, 0, 1, 2};
+  return std::min<int64_t>(kLayer[kind], n_layer - 1);
+}
 struct AttnHop {
   std::vector<int64_t> rows;
   std::vector<std::vector<int64_t>> head0, head1;
+  std::vector<int8_t> lookup;  // hop 2 only, per row: a Lookup (what the word finds its objects by)
 };
+// How a hop-2 word finds its evidence: by the shape it names, by its colour, or (counts, absent
+// objects) over whole images. Reported apart: the three are learnt at very different speeds.
+enum Lookup : int8_t { kLookupShape = 0, kLookupColor = 1, kLookupImage = 2 };
+inline constexpr int kLookups = 3;
 
 struct DemoSequence {
   std::vector<int64_t> ids;
@@ -97,6 +120,12 @@ struct DemoSequence {
   // Attention targets (a training aid; see DemoTrainOptions::attn_weight): per hop kind, the
   // query rows and, per row, the positions query heads 0 and 1 are taught to look at.
   std::array<AttnHop, kAttnHops> hops;
+  // The lookup probe's rows (hop-2 words), read after hop 2, and their targets per FoundField:
+  // the colour, shape (world::Color, world::Shape) and cell of the one object the word names, or,
+  // for a count over one image, how many objects match it; kNoTarget where a row has none.
+  static constexpr int64_t kNoTarget = -100;  // at::nll_loss's ignore_index
+  std::vector<int64_t> found_rows;
+  std::vector<std::array<int64_t, kFoundFields>> found;
 };
 
 struct DemoBatch {
@@ -145,7 +174,10 @@ struct BatchLoss {
   at::Tensor answer;   // CE of the answers: per turn the mean over its tokens, then the mean over turns
   at::Tensor aux;      // mean CE of the per-token targets (sum of the three heads) + patch targets
   at::Tensor attn;     // attention targets: mean over turns and supervised heads of -log(mass on the targets)
+  at::Tensor found;    // lookup probe: mean CE of the found objects' colour + shape (0 when none)
+  int64_t n_found = 0, c_found = 0;  // lookup probe rows, and those with every target right
   std::array<double, kAttnHops> attn_hops{};  // per hop kind, the mean -log mass (diagnostics; -1: none)
+  std::array<double, kLookups> lookups{};     // hop 2 per Lookup, the mean -log mass (-1: none)
   int64_t n_turns = 0, n_correct = 0;                 // teacher-forced exact match per turn
   int64_t n_single = 0, c_single = 0, n_multi = 0, c_multi = 0;
   int64_t n_object_cells = 0, c_object_cells = 0, n_empty_cells = 0, c_empty_cells = 0;  // the probe

@@ -199,6 +199,11 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed) {
   m.pos_b = zeros(2 * side);
   vp.push_back({"position_probe.w", m.pos_w, true});
   vp.push_back({"position_probe.b", m.pos_b, false});
+  // The lookup probe reads decoder states: it is trained with the decoder (text_params below).
+  int64_t found_outputs = 0;
+  for (int64_t c : found_classes(side)) found_outputs += c;
+  m.found_w = normal({found_outputs, h});
+  m.found_b = zeros(found_outputs);
   m.vision = std::make_shared<Idefics3Vision>(m.vcfg, vw);
 
   // Text decoder (Llama).
@@ -229,6 +234,8 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed) {
   dw.lm_head = normal({t.vocab_size, h});
   tp.push_back({"text.final_norm", dw.final_norm, false});
   tp.push_back({"text.lm_head", dw.lm_head, true});
+  tp.push_back({"lookup_probe.w", m.found_w, true});
+  tp.push_back({"lookup_probe.b", m.found_b, false});
   m.decoder = std::make_shared<TextDecoder>(t, find_text_family(t.model_type, config_path), dw);
   return m;
 }

@@ -105,15 +105,48 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   // Attention targets: per hop kind, the summed -log mass and the number of (row, head) terms.
   std::array<at::Tensor, kAttnHops> hop_sum;
   std::array<int64_t, kAttnHops> hop_n{};
+  std::array<double, kLookups> lookup_sum{};
+  std::array<int64_t, kLookups> lookup_n{};
   const int64_t n_layer = model.tcfg.n_layer;
+  std::vector<at::Tensor> found_logits, found_targets;
   for (const DemoSequence& s : batch.seqs) {
     const at::Tensor logits = sequence_label_logits(
-        model, feats, s, [&](int64_t layer, const at::Tensor& q, const at::Tensor& k) {
+        model, feats, s, [&](int64_t layer, const at::Tensor& h, const at::Tensor& q, const at::Tensor& k) {
+          // The lookup probe reads the input of the layer after the objects hop (none when that
+          // hop is in the last layer).
+          if (layer == hop_layer(2, n_layer) + 1 && !s.found_rows.empty()) {
+            found_logits.push_back(
+                at::linear(h.index_select(0, at::tensor(s.found_rows, at::kLong)), model.found_w, model.found_b));
+            std::vector<int64_t> t;
+            for (const auto& f : s.found) t.insert(t.end(), f.begin(), f.end());
+            found_targets.push_back(at::tensor(t, at::kLong).view({-1, kFoundFields}));
+          }
+          auto mass = [&](const AttnHop& hop) {
+            return attention_mass_loss(q, k, 0, hop.rows, hop.head0) +
+                   attention_mass_loss(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1);
+          };
           for (int kind = 0; kind < kAttnHops; ++kind) {
             const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
-            if (hop.rows.empty() || std::min<int64_t>(kind, n_layer - 1) != layer) continue;
-            const at::Tensor l = attention_mass_loss(q, k, 0, hop.rows, hop.head0) +
-                                 attention_mass_loss(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1);
+            if (hop.rows.empty() || hop_layer(kind, n_layer) != layer) continue;
+            at::Tensor l;
+            if (hop.lookup.empty()) {
+              l = mass(hop);
+            } else {  // the same sum, taken per lookup for the diagnostics
+              for (int8_t g = 0; g < kLookups; ++g) {
+                AttnHop part;
+                for (size_t r = 0; r < hop.rows.size(); ++r)
+                  if (hop.lookup[r] == g) {
+                    part.rows.push_back(hop.rows[r]);
+                    part.head0.push_back(hop.head0[r]);
+                    part.head1.push_back(hop.head1[r]);
+                  }
+                if (part.rows.empty()) continue;
+                const at::Tensor lg = mass(part);
+                l = l.defined() ? l + lg : lg;
+                lookup_sum[g] += lg.item<double>();
+                lookup_n[g] += 2 * static_cast<int64_t>(part.rows.size());
+              }
+            }
             hop_sum[kind] = hop_sum[kind].defined() ? hop_sum[kind] + l : l;
             hop_n[kind] += 2 * static_cast<int64_t>(hop.rows.size());
           }
@@ -142,6 +175,23 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     }
   }
   out.answer = at::stack(sums).sum() / static_cast<double>(std::max<int64_t>(1, n_turns));
+  out.found = at::zeros({});
+  if (!found_logits.empty()) {
+    const at::Tensor fl = at::cat(found_logits, 0), ft = at::cat(found_targets, 0);
+    at::Tensor right = at::ones({fl.size(0)}, at::kBool);
+    int64_t offset = 0;
+    for (int64_t c = 0; c < kFoundFields; ++c) {
+      const int64_t classes = found_classes(model.pos_w.size(0) / 2)[static_cast<size_t>(c)];
+      const at::Tensor logits = fl.narrow(-1, offset, classes), t = ft.select(-1, c);
+      const at::Tensor has = t != DemoSequence::kNoTarget;
+      offset += classes;
+      if (!has.any().item<bool>()) continue;  // nll_loss of only ignored rows is NaN
+      out.found = out.found + class_loss(logits, t);
+      right = right & (~has | (logits.detach().argmax(-1) == t));
+    }
+    out.n_found = fl.size(0);
+    out.c_found = right.sum().item<int64_t>();
+  }
   out.attn = at::zeros({});
   for (int kind = 0; kind < kAttnHops; ++kind) {
     out.attn_hops[kind] = -1;
@@ -150,6 +200,8 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     out.attn = out.attn + mean;
     out.attn_hops[kind] = mean.item<double>();
   }
+  for (int g = 0; g < kLookups; ++g)
+    out.lookups[g] = lookup_n[g] > 0 ? lookup_sum[g] / static_cast<double>(lookup_n[g]) : -1.0;
   return out;
 }
 
@@ -331,6 +383,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       total.n_multi += l.n_multi, total.c_multi += l.c_multi;
       total.n_object_cells += l.n_object_cells, total.c_object_cells += l.c_object_cells;
       total.n_empty_cells += l.n_empty_cells, total.c_empty_cells += l.c_empty_cells;
+      total.n_found += l.n_found, total.c_found += l.c_found;
     }
     auto frac = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : -1.0; };
     pr.val_accuracy = frac(total.n_correct, total.n_turns);
@@ -338,6 +391,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     pr.val_multi = frac(total.c_multi, total.n_multi);
     pr.val_probe_objects = frac(total.c_object_cells, total.n_object_cells);
     pr.val_probe_empty = frac(total.c_empty_cells, total.n_empty_cells);
+    pr.val_found = frac(total.c_found, total.n_found);
   };
 
   DemoResult result;
@@ -449,7 +503,8 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                                          st.cfg.lr * o.min_lr_fraction);
       adam.zero_grad();
       const BatchLoss l = batch_loss(model, batch, !st.vision_only, st.vision_only || !o.freeze_tower);
-      at::Tensor loss = st.vision_only ? l.aux : l.answer + o.aux_weight * l.aux + o.attn_weight * l.attn;
+      at::Tensor loss = st.vision_only ? l.aux
+                                       : l.answer + o.aux_weight * (l.aux + l.found) + o.attn_weight * l.attn;
       loss.backward();
       adam.step(lr);
 
@@ -459,9 +514,11 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       pr.total = st.cfg.steps;
       pr.loss = loss.item<double>();
       pr.aux_loss = l.aux.item<double>();
+      pr.found_loss = l.found.defined() ? l.found.item<double>() : 0.0;
       pr.answer_loss = l.answer.defined() ? l.answer.item<double>() : 0.0;
       pr.attn_loss = l.attn.defined() ? l.attn.item<double>() : 0.0;
       pr.attn_hops = l.attn_hops;
+      pr.lookups = l.lookups;
       pr.lr = lr;
       pr.elapsed_s = seconds_since(t0);
       pr.eta_s = seconds_since(stage_t0) / static_cast<double>(step + 1 - first_step) *

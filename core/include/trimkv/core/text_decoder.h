@@ -73,9 +73,11 @@ class TextDecoder {
   // is computed from that layer's post-norm hidden state and (t - i)·log β_i is added to the
   // logits (t, i = sequential indices 0..n-1), on top of `logit_bias`. Each layer's log β is
   // appended to `log_beta_out` when given. Differentiable through the gates.
-  // `on_qk` (optional): called per layer with its rotated queries [n, n_head, hd] and keys
-  // [n, n_kv_head, hd] (differentiable), e.g. to supervise where a head attends in training.
-  using QkObserver = std::function<void(int64_t layer, const at::Tensor& q, const at::Tensor& k)>;
+  // `on_qk` (optional): called per layer with its normed input h [n, d], rotated queries
+  // [n, n_head, hd] and keys [n, n_kv_head, hd] (differentiable), e.g. to supervise where a head
+  // attends in training, or what a position knows before the layer.
+  using QkObserver =
+      std::function<void(int64_t layer, const at::Tensor& h, const at::Tensor& q, const at::Tensor& k)>;
   at::Tensor forward_dense(const at::Tensor& x, const at::Tensor& positions,
                            const std::vector<at::Tensor>& logit_bias = {},
                            const EntryScorer* scorer = nullptr,

@@ -60,19 +60,21 @@ struct DemoTrainOptions {
   uint64_t seed = 1;
   DemoModelSize size;
   DemoStage vision{2400, 48, 4e-3, 1};
-  DemoStage chat_short{2000, 12, 2e-3, 3};
+  DemoStage chat_short{2000, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
   DemoStage chat{2800, 8, 1.5e-3, 8};
   double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
   int64_t warmup = 50;
   double weight_decay = 0.01;
   double clip = 1.0;
-  double aux_weight = 0.5;        // weight of the per-token targets in the chat stages
-  // Weight of the attention targets in the chat stages: the last decoder layer's query heads 0
-  // and 1, at the position that predicts an answer, are taught to look at the cells of the
-  // objects the question names (the answer's evidence). Without it the decoder sits for
-  // thousands of steps at each question type's most common answer: finding the object needs a
-  // query built from the question and keys built from the image at once, and neither gets a
-  // gradient before the other exists.
+  // Weight of the per-token targets and of the lookup probe (what each question word found:
+  // the named object's colour, shape and cell, or the count) in the chat stages.
+  double aux_weight = 0.5;
+  // Weight of the attention targets in the chat stages: query heads 0 and 1 are taught each hop
+  // of the answer's lookup (visual token -> its image's label, question word -> the question,
+  // question word -> the named objects' cells, answer position -> the word). Without them the
+  // decoder sits for thousands of steps at each question type's most common answer: finding the
+  // object needs a query built from the question and keys built from the image at once, and
+  // neither gets a gradient before the other exists.
   double attn_weight = 4.0;
   // The chat stages train the connector and the decoder, not the tower: with the language loss
   // flowing into it, the tower forgot what the vision stage taught it (the visual-token probe
@@ -104,8 +106,10 @@ struct DemoProgress {
   double loss = 0;          // total loss of the step
   double answer_loss = 0;   // cross-entropy of the answer tokens (chat stages)
   double aux_loss = 0;      // per-token targets
+  double found_loss = 0;    // lookup probe: what the question words found (chat stages)
   double attn_loss = 0;     // attention targets: -log of the mass the supervised heads put on them
   std::array<double, 4> attn_hops{};  // per hop (label, question, objects, answer), -1 when none
+  std::array<double, 3> lookups{};    // the objects hop by what it looks up by: shape, colour, whole images
   double lr = 0;
   double elapsed_s = 0;     // since this run started
   double eta_s = 0;         // for the remaining stages of this run (estimate)
@@ -113,6 +117,7 @@ struct DemoProgress {
   double val_single = -1, val_multi = -1;  // on conversations with one image / several images
   double val_probe_objects = -1;  // probe: object-centre cells with colour, shape and size right
   double val_probe_empty = -1;    // probe: empty cells predicted empty
+  double val_found = -1;          // lookup probe: question words with every target right
   bool checkpointed = false;
 };
 
