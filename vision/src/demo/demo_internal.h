@@ -188,7 +188,10 @@ struct BatchLoss {
 at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats, const DemoSequence& seq,
                                  const TextDecoder::QkObserver& on_qk = {});
 // -log of the softmax mass that query head `head` (q [n, n_head, hd], k [n, n_kv, hd], causal)
-// puts on targets[t] at position rows[t], summed over t.
+// puts on targets[t] at position rows[t]: per row [R] (attention_mass_rows), or summed over t.
+at::Tensor attention_mass_rows(const at::Tensor& q, const at::Tensor& k, int64_t head,
+                               const std::vector<int64_t>& rows,
+                               const std::vector<std::vector<int64_t>>& targets);
 at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
                                const std::vector<int64_t>& rows,
                                const std::vector<std::vector<int64_t>>& targets);

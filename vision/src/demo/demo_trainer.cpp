@@ -44,7 +44,7 @@ at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats
   return model.decoder->logits(hidden.index_select(0, at::tensor(s.label_pos, at::kLong)));
 }
 
-at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
+at::Tensor attention_mass_rows(const at::Tensor& q, const at::Tensor& k, int64_t head,
                                const std::vector<int64_t>& rows,
                                const std::vector<std::vector<int64_t>>& targets) {
   const int64_t n_rows = static_cast<int64_t>(rows.size()), n = k.size(0);
@@ -58,7 +58,13 @@ at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t
   const at::Tensor target = at::from_blob(mask.data(), {n_rows, n}, at::kByte).to(at::kBool);
   const at::Tensor logits = at::matmul(q.select(1, head).index_select(0, r), k.select(1, head / group).t()) * scale;
   const at::Tensor logp = at::log_softmax(logits.masked_fill(~visible, -INFINITY), -1);
-  return -at::logsumexp(logp.masked_fill(~target, -INFINITY), -1).sum();
+  return -at::logsumexp(logp.masked_fill(~target, -INFINITY), -1);
+}
+
+at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
+                               const std::vector<int64_t>& rows,
+                               const std::vector<std::vector<int64_t>>& targets) {
+  return attention_mass_rows(q, k, head, rows, targets).sum();
 }
 
 BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower) {
@@ -121,30 +127,18 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
             for (const auto& f : s.found) t.insert(t.end(), f.begin(), f.end());
             found_targets.push_back(at::tensor(t, at::kLong).view({-1, kFoundFields}));
           }
-          auto mass = [&](const AttnHop& hop) {
-            return attention_mass_loss(q, k, 0, hop.rows, hop.head0) +
-                   attention_mass_loss(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1);
-          };
           for (int kind = 0; kind < kAttnHops; ++kind) {
             const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
             if (hop.rows.empty() || hop_layer(kind, n_layer) != layer) continue;
-            at::Tensor l;
-            if (hop.lookup.empty()) {
-              l = mass(hop);
-            } else {  // the same sum, taken per lookup for the diagnostics
-              for (int8_t g = 0; g < kLookups; ++g) {
-                AttnHop part;
-                for (size_t r = 0; r < hop.rows.size(); ++r)
-                  if (hop.lookup[r] == g) {
-                    part.rows.push_back(hop.rows[r]);
-                    part.head0.push_back(hop.head0[r]);
-                    part.head1.push_back(hop.head1[r]);
-                  }
-                if (part.rows.empty()) continue;
-                const at::Tensor lg = mass(part);
-                l = l.defined() ? l + lg : lg;
-                lookup_sum[g] += lg.item<double>();
-                lookup_n[g] += 2 * static_cast<int64_t>(part.rows.size());
+            const at::Tensor per_row = attention_mass_rows(q, k, 0, hop.rows, hop.head0) +
+                                       attention_mass_rows(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1);
+            const at::Tensor l = per_row.sum();
+            if (!hop.lookup.empty()) {  // the diagnostics: the same terms per lookup
+              const at::Tensor values = per_row.detach().contiguous();
+              const float* v = values.data_ptr<float>();
+              for (size_t r = 0; r < hop.rows.size(); ++r) {
+                lookup_sum[static_cast<size_t>(hop.lookup[r])] += v[r];
+                lookup_n[static_cast<size_t>(hop.lookup[r])] += 2;
               }
             }
             hop_sum[kind] = hop_sum[kind].defined() ? hop_sum[kind] + l : l;
