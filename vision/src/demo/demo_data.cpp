@@ -162,16 +162,16 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
       }
     if (anchor < 0) return;
     std::vector<int64_t> cells;
-    const world::Object* found = nullptr;
-    const world::Scene* found_scene = nullptr;
+    const world::Object* found = nullptr;  // the last object named, and its cell in its image
+    int64_t found_cell = 0;
     if (!counting)
       for (int img : turn.about)
         for (const world::Object& o : conv.scenes[static_cast<size_t>(img)].objects)
           if (subject.matches(o)) {
-            cells.push_back(seq.image_pos[static_cast<size_t>(img) * static_cast<size_t>(m_seq) +
-                                          static_cast<size_t>(object_cell(conv.scenes[static_cast<size_t>(img)], o))]);
             found = &o;
-            found_scene = &conv.scenes[static_cast<size_t>(img)];
+            found_cell = object_cell(conv.scenes[static_cast<size_t>(img)], o);
+            cells.push_back(seq.image_pos[static_cast<size_t>(img) * static_cast<size_t>(m_seq) +
+                                          static_cast<size_t>(found_cell)]);
           }
     if (cells.size() == 1 || (counting && turn.about.size() == 1)) {
       std::array<int64_t, kFoundFields> t;
@@ -182,9 +182,8 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
       } else {
         t[kFoundColor] = static_cast<int64_t>(found->color);
         t[kFoundShape] = static_cast<int64_t>(found->shape);
-        const int64_t cell = object_cell(*found_scene, *found);
-        t[kFoundRow] = cell / m_side;
-        t[kFoundCol] = cell % m_side;
+        t[kFoundRow] = found_cell / m_side;
+        t[kFoundCol] = found_cell % m_side;
       }
       seq.found_rows.push_back(anchor);
       seq.found.push_back(t);
