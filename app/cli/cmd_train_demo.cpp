@@ -92,10 +92,10 @@ int cmd_train_demo(int argc, char** argv, int first) {
     constexpr int kWidth = 20;
     const int filled = static_cast<int>(kWidth * p.step / std::max<int64_t>(1, p.total));
     char line[512];
-    std::snprintf(line, sizeof line, "%-10s [%s%s] %lld/%lld  loss %.4f (answers %.4f, tokens %.4f, found %.3f, looking %.2f/%.2f/%.2f [shape %.2f colour %.2f image %.2f]/%.2f)  lr %.2e  %s  ETA %s%s",
+    std::snprintf(line, sizeof line, "%-10s [%s%s] %lld/%lld  loss %.4f (answers %.4f, tokens %.4f, found %.3f, looking %.2f/%.2f/%.2f [shape %.2f colour %.2f count %.2f image %.2f]/%.2f)  lr %.2e  %s  ETA %s%s",
                   p.stage.c_str(), std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
                   static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss, p.answer_loss, p.aux_loss, p.found_loss,
-                  p.attn_hops[0], p.attn_hops[1], p.attn_hops[2], p.lookups[0], p.lookups[1], p.lookups[2], p.attn_hops[3], p.lr, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
+                  p.attn_hops[0], p.attn_hops[1], p.attn_hops[2], p.lookups[0], p.lookups[1], p.lookups[2], p.lookups[3], p.attn_hops[3], p.lr, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
                   p.checkpointed ? "  [checkpoint]" : "");
     const bool val = p.val_probe_objects >= 0;
     std::cerr << (tty ? "\r" : "") << line << (tty && !val ? "\033[K" : "\n");

@@ -268,7 +268,7 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   const demo::DemoData data(tok, size, proc);
   const int32_t image_id = tok.token_to_id("<image>");
   world::WorldOptions wo;
-  int checked_objects = 0, checked_found = 0, checked_counts = 0;
+  int checked_objects = 0, checked_found = 0, checked_counts = 0, checked_answers = 0;
   for (int64_t i = 0; i < 30; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, wo);
     demo::DemoData::Images images;
@@ -306,17 +306,31 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
       for (int c = 0; c < world::kNumColors; ++c)
         names_attribute |= word == std::string(" ") + world::color_name(static_cast<world::Color>(c));
       CHECK(names_attribute);
-      // The targets of hop 2 are visual tokens, earlier than the word.
-      for (int64_t p : seq.hops[2].head0[r]) {
+      // The targets of hop 2 are visual tokens, earlier than the word; a count's also the word
+      // itself (last).
+      REQUIRE(seq.hops[2].lookup.size() == seq.hops[2].rows.size());
+      const int8_t lookup = seq.hops[2].lookup[r];
+      std::vector<int64_t> visual = seq.hops[2].head0[r];
+      if (lookup == demo::kLookupCount) {
+        REQUIRE(!visual.empty());
+        CHECK(visual.back() == seq.hops[2].rows[r]);
+        visual.pop_back();
+      }
+      for (int64_t p : visual) {
         CHECK(seq.ids[static_cast<size_t>(p)] == image_id);
         CHECK(p < seq.hops[2].rows[r]);
       }
-      checked_objects += static_cast<int>(seq.hops[2].head0[r].size());
-      // The lookup tag: a shape word finds by shape, a colour word by colour; whole images for
-      // counts and absent objects (then every target is a visual token of the images asked about).
-      REQUIRE(seq.hops[2].lookup.size() == seq.hops[2].rows.size());
-      const int8_t lookup = seq.hops[2].lookup[r];
-      if (lookup == demo::kLookupImage) {
+      checked_objects += static_cast<int>(visual.size());
+      // The lookup tag: a shape word finds one object by shape, a colour word by colour; counts
+      // every match; whole images for absent objects (then every target is a visual token of the
+      // images asked about).
+      if (lookup == demo::kLookupCount) {
+        // A count's probe target is the number of cells looked at.
+        const auto f = std::find(seq.found_rows.begin(), seq.found_rows.end(), seq.hops[2].rows[r]);
+        REQUIRE(f != seq.found_rows.end());
+        const int64_t count = seq.found[static_cast<size_t>(f - seq.found_rows.begin())][demo::kFoundCount];
+        if (count != demo::DemoSequence::kNoTarget) CHECK(count == static_cast<int64_t>(visual.size()));
+      } else if (lookup == demo::kLookupImage) {
         CHECK(seq.hops[2].head0[r].size() % static_cast<size_t>(data.image_seq_len()) == 0);
       } else {
         bool shape_word = false;
@@ -326,16 +340,35 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
         CHECK(lookup == (shape_word ? demo::kLookupShape : demo::kLookupColor));
       }
     }
+    // Counts and comparisons against the answers: the probe's count is the answer of a count,
+    // its image the answer of "Which image has more" (turns with subjects, in order, have one
+    // answer hop each, at their first subject's word).
+    std::vector<const world::Turn*> asked;
+    for (const world::Turn& turn : conv.turns)
+      if (!turn.subjects.empty()) asked.push_back(&turn);
+    REQUIRE(asked.size() == answer.rows.size());
+    for (size_t a = 0; a < asked.size(); ++a) {
+      const world::Turn& turn = *asked[a];
+      const bool count = turn.type.find("count") != std::string::npos || turn.type == "total_shape";
+      if (!count && turn.type != "more_shape") continue;
+      const auto f = std::find(seq.found_rows.begin(), seq.found_rows.end(), answer.head0[a][0]);
+      REQUIRE(f != seq.found_rows.end());
+      const auto& t = seq.found[static_cast<size_t>(f - seq.found_rows.begin())];
+      INFO(turn.text << " -> " << turn.answer);
+      if (count) CHECK(std::to_string(t[demo::kFoundCount]) == turn.answer);
+      else CHECK("image " + std::to_string(t[demo::kFoundImage] + 1) == turn.answer);
+      ++checked_answers;
+    }
     // Lookup probe targets: words that found exactly one object, with the colour and shape the
     // word names (a shape word's shape, a colour word's colour) among them.
     REQUIRE(seq.found_rows.size() == seq.found.size());
     for (size_t f = 0; f < seq.found_rows.size(); ++f) {
       const auto& t = seq.found[f];
-      if (t[demo::kFoundCount] != demo::DemoSequence::kNoTarget) {  // a count over one image
-        CHECK(t[demo::kFoundColor] == demo::DemoSequence::kNoTarget);
+      if (t[demo::kFoundColor] == demo::DemoSequence::kNoTarget) {  // a count or a comparison
         CHECK(t[demo::kFoundRow] == demo::DemoSequence::kNoTarget);
-        CHECK(t[demo::kFoundCount] >= 0);
-        CHECK(t[demo::kFoundCount] <= world::kMaxObjectsLimit);
+        CHECK((t[demo::kFoundCount] == demo::DemoSequence::kNoTarget) != (t[demo::kFoundImage] == demo::DemoSequence::kNoTarget));
+        CHECK(t[demo::kFoundCount] <= demo::kMaxCountAnswer);
+        CHECK(t[demo::kFoundImage] < seq.n_images);
         ++checked_counts;
         continue;
       }
@@ -350,6 +383,7 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
       const int64_t k = (cell - seq.image_pos.begin()) % data.image_seq_len(), side = 6;
       CHECK(t[demo::kFoundRow] == k / side);
       CHECK(t[demo::kFoundCol] == k % side);
+      CHECK(t[demo::kFoundImage] == (cell - seq.image_pos.begin()) / data.image_seq_len());
       const std::string word = text_of({seq.found_rows[f]});
       const std::string shape = world::shape_name(static_cast<world::Shape>(t[demo::kFoundShape]));
       const std::string colour = world::color_name(static_cast<world::Color>(t[demo::kFoundColor]));
@@ -360,9 +394,10 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   CHECK(checked_objects > 100);
   CHECK(checked_found > 20);
   CHECK(checked_counts > 5);
+  CHECK(checked_answers > 10);
 }
 
-TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets", "[demo][training]") {
+TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets, or KL to even mass", "[demo][training]") {
   at::manual_seed(3);
   const int64_t n = 9, heads = 4, kv = 2, hd = 8;
   const at::Tensor q = at::randn({n, heads, hd}), k = at::randn({n, kv, hd});
@@ -375,10 +410,20 @@ TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets",
       std::vector<double> logit;
       for (int64_t j = 0; j <= rows[t]; ++j)
         logit.push_back((q[rows[t]][head] * k[j][head / (heads / kv)]).sum().item<double>() / std::sqrt(8.0));
-      double z = 0, mass = 0;
+      double z = 0, mass = 0, kl = 0;
       for (double l : logit) z += std::exp(l);
-      for (int64_t j : targets[t]) mass += std::exp(logit[static_cast<size_t>(j)]) / z;
+      for (int64_t j : targets[t]) {
+        const double p = std::exp(logit[static_cast<size_t>(j)]) / z;
+        mass += p;
+        const double u = 1.0 / static_cast<double>(targets[t].size());  // KL(uniform || p)
+        kl += u * std::log(u / p);
+      }
       expected -= std::log(mass);
+      // Spread rows: KL to the uniform distribution over the targets (0 only when even).
+      const at::Tensor per_row = demo::attention_mass_rows(q, k, head, rows, targets, {0, 1, 1});
+      if (t == 0) CHECK(per_row[0].item<double>() == Approx(-std::log(mass)).epsilon(1e-5));
+      else CHECK(per_row[static_cast<int64_t>(t)].item<double>() == Approx(kl).epsilon(1e-5));
+      CHECK(per_row[static_cast<int64_t>(t)].item<double>() >= -1e-6);
     }
     CHECK(demo::attention_mass_loss(q, k, head, rows, targets).item<double>() == Approx(expected).epsilon(1e-5));
   }

@@ -161,39 +161,56 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
         if (si == 0) break;
       }
     if (anchor < 0) return;
+    // Hop 2's targets: the cells of the objects the subject matches in the images asked about.
     std::vector<int64_t> cells;
-    const world::Object* found = nullptr;  // the last object named, and its cell in its image
-    int64_t found_cell = 0;
-    if (!counting)
-      for (int img : turn.about)
-        for (const world::Object& o : conv.scenes[static_cast<size_t>(img)].objects)
-          if (subject.matches(o)) {
-            found = &o;
-            found_cell = object_cell(conv.scenes[static_cast<size_t>(img)], o);
-            cells.push_back(seq.image_pos[static_cast<size_t>(img) * static_cast<size_t>(m_seq) +
-                                          static_cast<size_t>(found_cell)]);
-          }
-    if (cells.size() == 1 || (counting && turn.about.size() == 1)) {
-      std::array<int64_t, kFoundFields> t;
-      t.fill(DemoSequence::kNoTarget);
-      if (counting) {
-        t[kFoundCount] = 0;
-        for (const world::Object& o : conv.scenes[static_cast<size_t>(turn.about[0])].objects) t[kFoundCount] += subject.matches(o);
-      } else {
-        t[kFoundColor] = static_cast<int64_t>(found->color);
-        t[kFoundShape] = static_cast<int64_t>(found->shape);
-        t[kFoundRow] = found_cell / m_side;
-        t[kFoundCol] = found_cell % m_side;
-      }
+    const world::Object* found = nullptr;  // the last object matched, and its cell in its image
+    int64_t found_cell = 0, found_image = 0, n_matching = 0;
+    std::vector<int64_t> per_image(turn.about.size(), 0);
+    for (size_t ai = 0; ai < turn.about.size(); ++ai) {
+      const int img = turn.about[ai];
+      for (const world::Object& o : conv.scenes[static_cast<size_t>(img)].objects)
+        if (subject.matches(o)) {
+          found = &o;
+          found_image = img;
+          found_cell = object_cell(conv.scenes[static_cast<size_t>(img)], o);
+          cells.push_back(seq.image_pos[static_cast<size_t>(img) * static_cast<size_t>(m_seq) +
+                                        static_cast<size_t>(found_cell)]);
+          ++per_image[ai];
+          ++n_matching;
+        }
+    }
+    std::array<int64_t, kFoundFields> t;
+    t.fill(DemoSequence::kNoTarget);
+    if (turn.type == "more_shape") {
+      const auto most = std::max_element(per_image.begin(), per_image.end());
+      t[kFoundImage] = turn.about[static_cast<size_t>(most - per_image.begin())];
+    } else if (counting) {
+      TRIMKV_ASSERT(n_matching <= kMaxCountAnswer, "demo data: a count of ", n_matching, " in ", conv.id);
+      t[kFoundCount] = n_matching;
+    } else if (n_matching == 1) {
+      t[kFoundColor] = static_cast<int64_t>(found->color);
+      t[kFoundShape] = static_cast<int64_t>(found->shape);
+      t[kFoundRow] = found_cell / m_side;
+      t[kFoundCol] = found_cell % m_side;
+      t[kFoundImage] = found_image;
+    }
+    if (counting || n_matching == 1) {
       seq.found_rows.push_back(anchor);
       seq.found.push_back(t);
     }
-    const bool whole_images = cells.empty();
-    if (whole_images)
+    Lookup lookup = subject.shape >= 0 ? kLookupShape : kLookupColor;
+    if (counting) {
+      // Every matching object and the word itself, evenly (what is left on the word tells how
+      // many matched; with the mass summed instead, the word would keep it all).
+      cells.push_back(anchor);
+      lookup = kLookupCount;
+    } else if (cells.empty()) {
       for (int img : turn.about) {
-        const std::vector<int64_t> t = image_tokens(img);
-        cells.insert(cells.end(), t.begin(), t.end());
+        const std::vector<int64_t> tokens = image_tokens(img);
+        cells.insert(cells.end(), tokens.begin(), tokens.end());
       }
+      lookup = kLookupImage;
+    }
     // Hop 1: head 0 looks at the subject's colour word when it names one besides the shape (so
     // that the word knows both), head 1 at the whole question (e.g. "In image k").
     std::vector<int64_t> color_word = question;
@@ -212,7 +229,8 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
     seq.hops[2].rows.push_back(anchor);
     seq.hops[2].head0.push_back(cells);
     seq.hops[2].head1.push_back(cells);
-    seq.hops[2].lookup.push_back(whole_images ? kLookupImage : subject.shape >= 0 ? kLookupShape : kLookupColor);
+    seq.hops[2].lookup.push_back(lookup);
+    seq.hops[2].spread.push_back(counting ? 1 : 0);
     anchors.push_back(anchor);
   }
   seq.hops[3].rows.push_back(end - 1);

@@ -29,10 +29,13 @@ inline constexpr int kAuxOutputs = kAuxColors + kAuxShapes + kAuxSizes;
 // pixel: colour and shape classes as above. Local, dense evidence of shape for the tower.
 inline constexpr int kPatchOutputs = kAuxColors + kAuxShapes;
 // The lookup probe's fields: the found object's colour, shape, and the row and column of its
-// centre's cell (in the side x side grid of visual tokens), or the count (0..max objects).
-enum FoundField { kFoundColor, kFoundShape, kFoundCount, kFoundRow, kFoundCol, kFoundFields };
+// centre's cell (in the side x side grid of visual tokens) and its image (0-based); for a count,
+// how many objects match (over one image or all of them: the world asks totals up to 9); for
+// "Which image has more", the image with the most.
+inline constexpr int64_t kMaxCountAnswer = 9;
+enum FoundField { kFoundColor, kFoundShape, kFoundCount, kFoundRow, kFoundCol, kFoundImage, kFoundFields };
 inline std::array<int64_t, kFoundFields> found_classes(int64_t side) {
-  return {world::kNumColors, world::kNumShapes, world::kMaxObjectsLimit + 1, side, side};
+  return {world::kNumColors, world::kNumShapes, kMaxCountAnswer + 1, side, side, world::kMaxImagesLimit};
 }
 
 // The ids the model files name.
@@ -87,7 +90,9 @@ void load_demo_weights(DemoModel& model, const std::string& path);
 // The supervised hops of the answer's lookup, each at decoder layer hop_layer(kind):
 // 0 each visual token looks at its image's label ("Image k:"), 1 each word the question names an
 // object with (its shape, else its colour) looks at the question, 2 that word looks at the
-// cells holding the named objects' centres (at all the image's tokens for counts and absent
+// cells holding the named objects' centres (for counts and comparisons, those of every matching
+// object in the images asked about and the word itself, the mass spread evenly over them: the
+// word keeps 1 / (n + 1) of it, which says how many matched; at all the image's tokens for absent
 // objects), 3 the position that predicts the answer looks at that word (head 0 at the first
 // subject's, head 1 at the second's).
 inline constexpr int kAttnHops = 4;
@@ -101,11 +106,13 @@ struct AttnHop {
   std::vector<int64_t> rows;
   std::vector<std::vector<int64_t>> head0, head1;
   std::vector<int8_t> lookup;  // hop 2 only, per row: a Lookup (what the word finds its objects by)
+  std::vector<uint8_t> spread;  // hop 2 only, per row: the mass must be even over the targets (counts)
 };
-// How a hop-2 word finds its evidence: by the shape it names, by its colour, or (counts, absent
-// objects) over whole images. Reported apart: the three are learnt at very different speeds.
-enum Lookup : int8_t { kLookupShape = 0, kLookupColor = 1, kLookupImage = 2 };
-inline constexpr int kLookups = 3;
+// How a hop-2 word finds its evidence: one object by the shape it names or by its colour, every
+// matching object (counts, comparisons), or whole images (absent objects). Reported apart: they
+// are learnt at very different speeds.
+enum Lookup : int8_t { kLookupShape = 0, kLookupColor = 1, kLookupCount = 2, kLookupImage = 3 };
+inline constexpr int kLookups = 4;
 
 struct DemoSequence {
   std::vector<int64_t> ids;
@@ -121,8 +128,9 @@ struct DemoSequence {
   // query rows and, per row, the positions query heads 0 and 1 are taught to look at.
   std::array<AttnHop, kAttnHops> hops;
   // The lookup probe's rows (hop-2 words), read after hop 2, and their targets per FoundField:
-  // the colour, shape (world::Color, world::Shape) and cell of the one object the word names, or,
-  // for a count over one image, how many objects match it; kNoTarget where a row has none.
+  // the colour, shape (world::Color, world::Shape), cell and image of the one object the word
+  // names, or, for a count, how many objects match it, and for a comparison the image with the most;
+  // kNoTarget where a row has none.
   static constexpr int64_t kNoTarget = -100;  // at::nll_loss's ignore_index
   std::vector<int64_t> found_rows;
   std::vector<std::array<int64_t, kFoundFields>> found;
@@ -189,9 +197,12 @@ at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats
                                  const TextDecoder::QkObserver& on_qk = {});
 // -log of the softmax mass that query head `head` (q [n, n_head, hd], k [n, n_kv, hd], causal)
 // puts on targets[t] at position rows[t]: per row [R] (attention_mass_rows), or summed over t.
+// Rows flagged in `spread` (empty: none) instead get KL(uniform over their targets || attention),
+// 0 when the mass is spread evenly over the targets and nothing else.
 at::Tensor attention_mass_rows(const at::Tensor& q, const at::Tensor& k, int64_t head,
                                const std::vector<int64_t>& rows,
-                               const std::vector<std::vector<int64_t>>& targets);
+                               const std::vector<std::vector<int64_t>>& targets,
+                               const std::vector<uint8_t>& spread);
 at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
                                const std::vector<int64_t>& rows,
                                const std::vector<std::vector<int64_t>>& targets);

@@ -46,7 +46,8 @@ at::Tensor sequence_label_logits(const DemoModel& model, const at::Tensor& feats
 
 at::Tensor attention_mass_rows(const at::Tensor& q, const at::Tensor& k, int64_t head,
                                const std::vector<int64_t>& rows,
-                               const std::vector<std::vector<int64_t>>& targets) {
+                               const std::vector<std::vector<int64_t>>& targets,
+                               const std::vector<uint8_t>& spread) {
   const int64_t n_rows = static_cast<int64_t>(rows.size()), n = k.size(0);
   const int64_t group = q.size(1) / k.size(1);  // query heads per KV head
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
@@ -58,13 +59,25 @@ at::Tensor attention_mass_rows(const at::Tensor& q, const at::Tensor& k, int64_t
   const at::Tensor target = at::from_blob(mask.data(), {n_rows, n}, at::kByte).to(at::kBool);
   const at::Tensor logits = at::matmul(q.select(1, head).index_select(0, r), k.select(1, head / group).t()) * scale;
   const at::Tensor logp = at::log_softmax(logits.masked_fill(~visible, -INFINITY), -1);
-  return -at::logsumexp(logp.masked_fill(~target, -INFINITY), -1);
+  const at::Tensor mass = -at::logsumexp(logp.masked_fill(~target, -INFINITY), -1);
+  if (spread.empty()) return mass;
+  TRIMKV_ASSERT(spread.size() == rows.size(), "attention targets: ", spread.size(), " spread flags for ",
+                rows.size(), " rows");
+  // KL(uniform over the targets || attention): -mean log p over the targets - log(their number).
+  std::vector<float> count(rows.size()), flag(rows.size());
+  for (size_t t = 0; t < rows.size(); ++t) {
+    count[t] = static_cast<float>(targets[t].size());
+    flag[t] = spread[t] ? 1.0f : 0.0f;
+  }
+  const at::Tensor n_t = at::tensor(count, at::kFloat), is_spread = at::tensor(flag, at::kFloat);
+  const at::Tensor kl = -logp.masked_fill(~target, 0).sum(-1) / n_t - at::log(n_t);
+  return at::where(is_spread > 0, kl, mass);
 }
 
 at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
                                const std::vector<int64_t>& rows,
                                const std::vector<std::vector<int64_t>>& targets) {
-  return attention_mass_rows(q, k, head, rows, targets).sum();
+  return attention_mass_rows(q, k, head, rows, targets, {}).sum();
 }
 
 BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower) {
@@ -130,8 +143,8 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
           for (int kind = 0; kind < kAttnHops; ++kind) {
             const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
             if (hop.rows.empty() || hop_layer(kind, n_layer) != layer) continue;
-            const at::Tensor per_row = attention_mass_rows(q, k, 0, hop.rows, hop.head0) +
-                                       attention_mass_rows(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1);
+            const at::Tensor per_row = attention_mass_rows(q, k, 0, hop.rows, hop.head0, hop.spread) +
+                                       attention_mass_rows(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1, hop.spread);
             const at::Tensor l = per_row.sum();
             if (!hop.lookup.empty()) {  // the diagnostics: the same terms per lookup
               const at::Tensor values = per_row.detach().contiguous();
@@ -424,8 +437,12 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         say("--init-from: '" + o.init_from + "' lacks '" + p.name + "'; it starts from its initial weights");
         continue;
       }
-      TRIMKV_CHECK(tensor_to_float(it->second).sizes() == p.tensor.sizes(), Format, "--init-from '", o.init_from,
-                   "': '", p.name, "' has another shape");
+      const bool same_shape = tensor_to_float(it->second).sizes() == p.tensor.sizes();
+      if (!same_shape && p.name.find("probe") != std::string::npos) {  // a training aid with new fields
+        say("--init-from: '" + o.init_from + "' has '" + p.name + "' in another shape; it starts from its initial weights");
+        continue;
+      }
+      TRIMKV_CHECK(same_shape, Format, "--init-from '", o.init_from, "': '", p.name, "' has another shape");
       p.tensor.copy_(tensor_to_float(it->second));
     }
     say("initial weights from '" + o.init_from + "'");

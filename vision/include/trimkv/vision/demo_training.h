@@ -61,7 +61,7 @@ struct DemoTrainOptions {
   DemoModelSize size;
   DemoStage vision{2400, 48, 4e-3, 1};
   DemoStage chat_short{2000, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
-  DemoStage chat{2800, 8, 1.5e-3, 8};
+  DemoStage chat{3400, 8, 1.5e-3, 8};
   double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
   int64_t warmup = 50;
   double weight_decay = 0.01;
@@ -109,7 +109,7 @@ struct DemoProgress {
   double found_loss = 0;    // lookup probe: what the question words found (chat stages)
   double attn_loss = 0;     // attention targets: -log of the mass the supervised heads put on them
   std::array<double, 4> attn_hops{};  // per hop (label, question, objects, answer), -1 when none
-  std::array<double, 3> lookups{};    // the objects hop by what it looks up by: shape, colour, whole images
+  std::array<double, 4> lookups{};    // the objects hop by what it looks up by: shape, colour, every match (counts), whole images
   double lr = 0;
   double elapsed_s = 0;     // since this run started
   double eta_s = 0;         // for the remaining stages of this run (estimate)
