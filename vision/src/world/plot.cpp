@@ -41,10 +41,13 @@ void write_accuracy_plot(const std::string& path, const std::vector<PlotSeries>&
   cv::putText(img, "full cache", {left + pw + 10, top + 15}, font, 0.45, black, 1, cv::LINE_AA);
   cv::line(img, {left + pw + 100, top + 10}, {left + pw + 106, top + 10}, black, 1);
   cv::line(img, {left + pw + 112, top + 10}, {left + pw + 118, top + 10}, black, 1);
-  static const cv::Scalar colours[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44}, {214, 39, 40},
-                                       {148, 103, 189}, {140, 86, 75}, {227, 119, 194}, {127, 127, 127}};
+  // Twelve distinct colours: the eviction sweep draws up to 11 policies.
+  static const cv::Scalar colours[] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44},  {214, 39, 40},
+                                       {148, 103, 189}, {140, 86, 75},  {227, 119, 194}, {127, 127, 127},
+                                       {188, 189, 34},  {23, 190, 207}, {0, 0, 0},       {255, 215, 0}};
+  constexpr size_t kColours = sizeof colours / sizeof colours[0];
   for (size_t i = 0; i < series.size(); ++i) {
-    const cv::Scalar c = colours[i % 8];
+    const cv::Scalar c = colours[i % kColours];
     std::vector<std::pair<double, double>> pts = series[i].points;
     std::sort(pts.begin(), pts.end());
     for (size_t k = 0; k < pts.size(); ++k) {
