@@ -46,7 +46,7 @@ int cmd_train_gates(int argc, char** argv, int first) {
       {"checkpoint", "FILE", "checkpoint file (default: OUT.ckpt)"},
       {"checkpoint-every", "N", "write a checkpoint every N steps (default 100; 0 = only at the end)"},
       {"resume", "", "continue from the checkpoint (same options, model and data required)"},
-      {"threads", "N", "CPU threads (default: all cores; keep it fixed across --resume)"},
+      {"threads", "N", "CPU threads (default: LibTorch's own; train-demo's gates use every hardware thread, pass that to reproduce them; keep it fixed across --resume)"},
       {"json", "", "print progress as one JSON object per step"},
       {"help", "", "show this help"},
   };
