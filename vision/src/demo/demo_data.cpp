@@ -230,7 +230,6 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
     seq.hops[2].head0.push_back(cells);
     seq.hops[2].head1.push_back(cells);
     seq.hops[2].lookup.push_back(lookup);
-    seq.hops[2].spread.push_back(counting ? 1 : 0);
     anchors.push_back(anchor);
   }
   seq.hops[3].rows.push_back(end - 1);

@@ -102,17 +102,22 @@ inline int64_t hop_layer(int kind, int64_t n_layer) {
   constexpr int64_t kLayer[kAttnHops] = {0, 0, 1, 2};
   return std::min<int64_t>(kLayer[kind], n_layer - 1);
 }
-struct AttnHop {
-  std::vector<int64_t> rows;
-  std::vector<std::vector<int64_t>> head0, head1;
-  std::vector<int8_t> lookup;  // hop 2 only, per row: a Lookup (what the word finds its objects by)
-  std::vector<uint8_t> spread;  // hop 2 only, per row: the mass must be even over the targets (counts)
-};
 // How a hop-2 word finds its evidence: one object by the shape it names or by its colour, every
 // matching object (counts, comparisons), or whole images (absent objects). Reported apart: they
 // are learnt at very different speeds.
 enum Lookup : int8_t { kLookupShape = 0, kLookupColor = 1, kLookupCount = 2, kLookupImage = 3 };
 inline constexpr int kLookups = 4;
+struct AttnHop {
+  std::vector<int64_t> rows;
+  std::vector<std::vector<int64_t>> head0, head1;
+  std::vector<int8_t> lookup;  // hop 2 only, per row: a Lookup (what the word finds its objects by)
+  // Per row, whether the mass must be spread evenly over the targets (counts; empty: no row).
+  std::vector<uint8_t> spread() const {
+    std::vector<uint8_t> out;
+    for (int8_t l : lookup) out.push_back(l == kLookupCount ? 1 : 0);
+    return out;
+  }
+};
 
 struct DemoSequence {
   std::vector<int64_t> ids;

@@ -143,8 +143,9 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
           for (int kind = 0; kind < kAttnHops; ++kind) {
             const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
             if (hop.rows.empty() || hop_layer(kind, n_layer) != layer) continue;
-            const at::Tensor per_row = attention_mass_rows(q, k, 0, hop.rows, hop.head0, hop.spread) +
-                                       attention_mass_rows(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1, hop.spread);
+            const std::vector<uint8_t> spread = hop.spread();
+            const at::Tensor per_row = attention_mass_rows(q, k, 0, hop.rows, hop.head0, spread) +
+                                       attention_mass_rows(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1, spread);
             const at::Tensor l = per_row.sum();
             if (!hop.lookup.empty()) {  // the diagnostics: the same terms per lookup
               const at::Tensor values = per_row.detach().contiguous();
@@ -437,13 +438,14 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         say("--init-from: '" + o.init_from + "' lacks '" + p.name + "'; it starts from its initial weights");
         continue;
       }
-      const bool same_shape = tensor_to_float(it->second).sizes() == p.tensor.sizes();
+      const at::Tensor saved = tensor_to_float(it->second);
+      const bool same_shape = saved.sizes() == p.tensor.sizes();
       if (!same_shape && p.name.find("probe") != std::string::npos) {  // a training aid with new fields
         say("--init-from: '" + o.init_from + "' has '" + p.name + "' in another shape; it starts from its initial weights");
         continue;
       }
       TRIMKV_CHECK(same_shape, Format, "--init-from '", o.init_from, "': '", p.name, "' has another shape");
-      p.tensor.copy_(tensor_to_float(it->second));
+      p.tensor.copy_(saved);
     }
     say("initial weights from '" + o.init_from + "'");
   }
