@@ -1,8 +1,7 @@
 // The embedded demo model as a user meets it: commands without --model use it, and on a fixed
 // sample of the world's test split it answers >= 90% of the questions of single-image
-// conversations (issue 6's target; 91.9% of 62). Multi-image conversations: issue 6 asks >= 80%;
-// the shipped model answers 76.8% of this sample's 469, so the test holds the floor it reached
-// (>= 75%) and the README says the target is not met.
+// conversations and >= 80% of those of multi-image ones (issue 6's targets; the shipped model
+// answers 91.9% of this sample's 62 and 81.4% of its 469).
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -51,5 +50,5 @@ TEST_CASE("the demo model's accuracy on a fixed test sample", "[cli][demo][accur
   const double multi = static_cast<double>(cm) / static_cast<double>(nm);
   INFO("single-image " << single << " (" << n1 << " questions), multi-image " << multi << " (" << nm << ")");
   CHECK(single >= 0.90);
-  CHECK(multi >= 0.75);
+  CHECK(multi >= 0.80);
 }

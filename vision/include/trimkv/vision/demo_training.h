@@ -60,8 +60,8 @@ struct DemoTrainOptions {
   uint64_t seed = 1;
   DemoModelSize size;
   DemoStage vision{2400, 48, 4e-3, 1};
-  DemoStage chat_short{2000, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
-  DemoStage chat{3400, 8, 1.5e-3, 8};
+  DemoStage chat_short{1200, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
+  DemoStage chat{4200, 8, 1.5e-3, 8};
   double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
   int64_t warmup = 50;
   double weight_decay = 0.01;
