@@ -70,7 +70,8 @@ struct DemoTrainOptions {
   double weight_decay = 0.01;
   double clip = 1.0;
   // Weight of the per-token targets and of the lookup probe (what each question word found:
-  // the named object's colour, shape and cell, or the count) in the chat stages.
+  // the named object's colour, shape, cell and image, or the count, or the image with the most)
+  // in the chat stages.
   double aux_weight = 0.5;
   // Weight of the attention targets in the chat stages: query heads 0 and 1 are taught each hop
   // of the answer's lookup (visual token -> its image's label, question word -> the question,
