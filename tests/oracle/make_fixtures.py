@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|demo ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|demo ...]"""
 import sys
 from pathlib import Path
 
@@ -10,7 +10,7 @@ DATA = HERE.parent / "data"
 
 
 def main(argv):
-    parts = argv or ["tokenizers", "models", "gates", "vlm"]
+    parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat"]
     if "tokenizers" in parts:
         import tokenizer_fixtures
         tokenizer_fixtures.main(DATA) if hasattr(tokenizer_fixtures, "main") else None
@@ -23,6 +23,12 @@ def main(argv):
     if "vlm" in parts:  # after "tokenizers": it derives its tokenizer from the smollm2 one
         import vlm_fixtures
         vlm_fixtures.main(DATA)
+    if "templates" in parts:  # reads tests/data/chat_templates/*.jinja, writes cases.json there
+        import chat_template_fixtures
+        chat_template_fixtures.main(DATA)
+    if "chat" in parts:  # after "models" (it adds chat templates to their folders) and "templates"
+        import text_chat_fixtures
+        text_chat_fixtures.main(DATA)
     if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
         import demo_fixtures
         demo_fixtures.main(DATA)
