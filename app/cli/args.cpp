@@ -1,6 +1,7 @@
 #include "args.h"
 
 #include "trimkv/core/default_model.h"
+#include "trimkv/core/error.h"
 
 #include <cstdio>
 #include <sstream>
@@ -95,6 +96,18 @@ std::string Args::usage(const std::string& command, const std::string& summary,
 }
 
 std::string Args::model_dir() const { return has("model") ? get("model") : default_model_dir(); }
+
+std::vector<TemplateVar> parse_template_vars(const Args& args) {
+  std::vector<TemplateVar> vars;
+  for (const std::string& v : args.all("template-var")) {
+    try {
+      vars.push_back(parse_template_var(v));
+    } catch (const Error& e) {
+      throw UsageError(std::string("--template-var: ") + e.what());
+    }
+  }
+  return vars;
+}
 
 std::string format_duration(double s) {
   const long t = static_cast<long>(s + 0.5);

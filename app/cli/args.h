@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/chat_template.h"
+
 namespace trimkv::cli {
 
 struct OptionSpec {
@@ -42,6 +44,9 @@ class Args {
   std::string m_command;
   std::map<std::string, std::vector<std::string>> m_values;
 };
+
+// The repeatable --template-var NAME=VALUE options (UsageError naming a malformed one).
+std::vector<TemplateVar> parse_template_vars(const Args& args);
 
 // "12m05s" / "1h02m" for progress lines.
 std::string format_duration(double seconds);

@@ -35,7 +35,10 @@ std::string trim(const std::string& s) {
 
 int cmd_chat(int argc, char** argv, int first) {
   std::vector<OptionSpec> specs = {
-      {"model", "DIR", "vision-language checkpoint folder (default: the embedded demo model)"},
+      {"model", "DIR", "checkpoint folder, vision-language or text instruct model (default: the embedded demo model)"},
+      {"system", "TEXT", "system message that opens the conversation (and every one after /reset)"},
+      {"template-var", "NAME=VALUE", "chat-template variable, e.g. enable_thinking=false (repeatable; "
+                                     "VALUE is read as JSON when it is, else as a string)", true},
       {"max-new-tokens", "N", "tokens per answer at most (default 256)"},
       {"temperature", "T", "sampling temperature; 0 = greedy (default 0)"},
       {"top-k", "K", "keep the K most likely tokens (0 = off)"},
@@ -50,7 +53,7 @@ int cmd_chat(int argc, char** argv, int first) {
   add_policy_option_specs(specs);
   Args args("chat", specs, argc, argv, first);
   if (args.flag("help")) {
-    std::cout << Args::usage("chat", "Chat with a vision-language model in the terminal.", specs)
+    std::cout << Args::usage("chat", "Chat with a model in the terminal, through its own chat template.", specs)
               << "\ncommands during the chat:\n" << kChatHelp << policy_help()
               << "--trace / --trace-csv are written when the chat ends (the conversation since the "
                  "last /reset).\n";
@@ -67,18 +70,22 @@ int cmd_chat(int argc, char** argv, int first) {
   validate(params.sampling);
   const EvictionSettings eviction = parse_policy_settings(args);  // before the model load
   if (params.max_new_tokens <= 0) throw UsageError("--max-new-tokens must be > 0");
-  if (!vision::ChatEngine::is_vlm_checkpoint(model))
-    throw UsageError("'" + model + "' is not a vision-language checkpoint (see 'trimkv info')");
   EngineOptions options;
+  options.template_vars = parse_template_vars(args);
   options.threads = args.get_int("threads", 0);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
   auto engine = vision::ChatEngine::load(model, options);
   if (eviction_requested(args)) engine->set_eviction(eviction);  // checked against the model
+  if (!engine->has_chat_template())
+    throw UsageError("'" + model + "' has no chat template (chat_template.jinja, or 'chat_template' in "
+                     "tokenizer_config.json): use 'trimkv generate --prompt' for raw text");
+  engine->set_system_prompt(args.get("system"));
   const ModelInfo info = engine->info();
 
-  std::cout << "trimkv chat: " << info.dir << " (" << info.family << ", " << info.parameters
-            << " parameters)\n" << kChatHelp << std::flush;
+  std::cout << "trimkv chat: " << info.dir << " (" << info.family << ", " << info.parameters << " parameters"
+            << (engine->takes_images() ? "" : ", text only") << "; template " << engine->chat_template_origin()
+            << ")\n" << kChatHelp << std::flush;
   std::signal(SIGINT, on_chat_sigint);
   std::vector<std::string> images;
   std::string line;
@@ -97,6 +104,7 @@ int cmd_chat(int argc, char** argv, int first) {
           std::cout << kChatHelp;
         } else if (cmd == "/image") {
           if (arg.empty()) throw UsageError("/image needs a file path");
+          if (!engine->takes_images()) throw UsageError("this is a text model: it cannot take images");
           if (!std::filesystem::is_regular_file(arg)) throw UsageError("no such image file: '" + arg + "'");
           images.push_back(arg);
           std::cout << "[image " << images.size() << " attached: " << arg << "]\n";

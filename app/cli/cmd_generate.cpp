@@ -1,4 +1,5 @@
 #include <csignal>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -36,6 +37,40 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+// Replays `messages` (an optional system message first, then user and assistant turns, ending
+// with a user turn) into the conversation engine; the last user turn then awaits its answer.
+void replay_messages(vision::ChatEngine& engine, const std::vector<Message>& messages,
+                     const std::atomic<bool>* cancel) {
+  if (messages.empty() || messages.back().role != "user")
+    throw UsageError("the conversation must end with a user message (it is what gets answered)");
+  size_t k = 0;
+  if (messages[0].role == "system") {
+    std::string text;
+    for (const ContentPart& p : messages[0].content) text += p.text;
+    engine.set_system_prompt(text);
+    k = 1;
+  }
+  for (; k < messages.size(); ++k) {
+    const Message& m = messages[k];
+    if (m.role == "user") {
+      engine.add_user_turn(m.content, cancel);
+    } else if (m.role == "assistant") {
+      std::string text;
+      for (const ContentPart& p : m.content) text += p.text;
+      engine.add_assistant_text(text);
+    } else {
+      throw UsageError("message " + std::to_string(k + 1) + " has role '" + m.role +
+                       "': only a first system message, then user and assistant messages");
+    }
+  }
+}
+
+void write_floats(const std::string& path, const std::vector<float>& values) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
+  if (!out.good()) throw UsageError("cannot write --logits '" + path + "'");
+}
+
 }  // namespace
 
 int cmd_generate(int argc, char** argv, int first) {
@@ -45,7 +80,14 @@ int cmd_generate(int argc, char** argv, int first) {
       {"prompt-ids", "1,2,3", "prompt as comma-separated token ids"},
       {"image", "FILE", "image for the next <image> in the prompt (repeatable; with no <image> in the "
                         "prompt, images go first); needs a vision-language model", true},
-      {"chat", "", "use the prompt as one user turn of the model's chat template (vision-language models)"},
+      {"chat", "", "use the prompt as one user turn of the model's own chat template"},
+      {"messages", "FILE", "a conversation (JSON messages, as `trimkv chat` /save writes them) ending with a "
+                           "user message: replayed through the chat template, then answered"},
+      {"logits", "FILE", "with --chat / --messages: write the logits the answer starts from (float32, "
+                         "little-endian, vocab_size values)"},
+      {"system", "TEXT", "with --chat: a system message before the user turn"},
+      {"template-var", "NAME=VALUE", "with --chat: a chat-template variable, e.g. enable_thinking=false "
+                                     "(repeatable; VALUE is read as JSON when it is, else as a string)", true},
       {"max-new-tokens", "N", "tokens to generate at most (default 64)"},
       {"temperature", "T", "sampling temperature; 0 = greedy (default 0)"},
       {"top-k", "K", "keep the K most likely tokens (0 = off)"},
@@ -68,8 +110,8 @@ int cmd_generate(int argc, char** argv, int first) {
     return 0;
   }
   const std::string model = args.model_dir();
-  if (args.has("prompt") == args.has("prompt-ids"))
-    throw UsageError("give exactly one of --prompt and --prompt-ids");
+  if (int(args.has("prompt")) + int(args.has("prompt-ids")) + int(args.has("messages")) != 1)
+    throw UsageError("give exactly one of --prompt, --prompt-ids and --messages");
   GenerationParams params;
   params.max_new_tokens = args.get_int("max-new-tokens", 64);
   params.sampling.temperature = static_cast<float>(args.get_double("temperature", 0.0));
@@ -89,18 +131,35 @@ int cmd_generate(int argc, char** argv, int first) {
   options.threads = args.get_int("threads", 0);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
-  // Vision-language checkpoints (and --image / --chat) go through the VLM engine; token-id
-  // prompts and text-only checkpoints through the text engine.
+  options.template_vars = parse_template_vars(args);
+  // Chat-template prompts, images and vision-language checkpoints go through the conversation
+  // engine; token-id prompts and raw text on text-only checkpoints through the text engine.
   const std::vector<std::string> images = args.all("image");
-  const bool vlm = !images.empty() || args.flag("chat") ||
-                   (args.has("prompt") && vision::ChatEngine::is_vlm_checkpoint(model));
-  if (vlm && args.has("prompt-ids")) throw UsageError("--image and --chat need --prompt text, not --prompt-ids");
+  const bool chat_turn = args.flag("chat") || args.has("messages");
+  if (!chat_turn && (args.has("system") || args.has("template-var") || args.has("logits")))
+    throw UsageError("--system, --template-var and --logits need --chat or --messages");
+  if (args.has("messages") && (!images.empty() || args.has("system")))
+    throw UsageError("--messages holds the whole conversation: no --image or --system with it");
+  const bool conversation = !images.empty() || chat_turn ||
+                            (args.has("prompt") && vision::ChatEngine::is_vlm_checkpoint(model));
+  if (conversation && args.has("prompt-ids"))
+    throw UsageError("--image and --chat need --prompt text, not --prompt-ids");
+  std::vector<Message> messages;  // a chat: the conversation to replay, ending with its question
+  if (args.has("messages")) {
+    messages = read_messages_file(args.get("messages"));
+  } else if (chat_turn) {
+    if (args.has("system")) messages.push_back({"system", {ContentPart::text_part(args.get("system"))}});
+    messages.push_back({"user", content_from_prompt(args.get("prompt"), images)});
+  }
   std::unique_ptr<vision::ChatEngine> chat;
   std::unique_ptr<Engine> engine;
-  if (vlm) {
-    if (!vision::ChatEngine::is_vlm_checkpoint(model))
-      throw UsageError("--image and --chat need a vision-language checkpoint; '" + model + "' is not one");
+  if (conversation) {
+    if (!images.empty() && !vision::ChatEngine::is_vlm_checkpoint(model))
+      throw UsageError("--image needs a vision-language checkpoint; '" + model + "' is not one");
     chat = vision::ChatEngine::load(model, options);
+    if (chat_turn && !chat->has_chat_template())
+      throw UsageError("'" + model + "' has no chat template (chat_template.jinja, or 'chat_template' "
+                       "in tokenizer_config.json): use --prompt without --chat");
   } else {
     engine = Engine::load(model, options);
     if (args.has("prompt")) prompt_ids = engine->tokenize(args.get("prompt"));
@@ -112,10 +171,18 @@ int cmd_generate(int argc, char** argv, int first) {
   std::signal(SIGINT, on_sigint);
   TextCallback stream;
   if (!json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
-  const GenerationResult r =
-      chat ? chat->generate(args.get("prompt"), images, params, eviction, args.flag("chat"), stream,
-                            &g_cancel)
-           : engine->generate(prompt_ids, params, eviction, stream, &g_cancel);
+  GenerationResult r;
+  if (chat_turn) {
+    if (eviction_requested(args)) chat->set_eviction(eviction);  // the whole conversation under it
+    replay_messages(*chat, messages, &g_cancel);
+    for (const vision::StreamToken& t : chat->tokens()) prompt_ids.push_back(t.id);
+    if (args.has("logits")) write_floats(args.get("logits"), chat->pending_logits());
+    r = chat->respond(params, stream, &g_cancel);
+  } else if (chat) {
+    r = chat->generate(args.get("prompt"), images, params, eviction, false, stream, &g_cancel);
+  } else {
+    r = engine->generate(prompt_ids, params, eviction, stream, &g_cancel);
+  }
   std::signal(SIGINT, SIG_DFL);
   write_trace_outputs(args, r);
 
@@ -124,6 +191,7 @@ int cmd_generate(int argc, char** argv, int first) {
   const double decode_tps = r.decode_ms > 0 && steps > 0 ? steps * 1000.0 / r.decode_ms : 0;
   if (json) {
     nlohmann::json j = {{"tokens", r.tokens},
+                        {"prompt_ids", prompt_ids},
                         {"text", r.text},
                         {"prompt_tokens", r.prompt_tokens},
                         {"generated_tokens", r.tokens.size()},

@@ -4,6 +4,7 @@
 #include "args.h"
 #include "commands.h"
 #include "trimkv/core/engine.h"
+#include "trimkv/core/error.h"
 #include "trimkv/vision/chat_engine.h"
 
 namespace trimkv::cli {
@@ -35,6 +36,15 @@ int cmd_info(int argc, char** argv, int first) {
       {"rope_theta", i.rope_theta}, {"tokenizer", i.has_tokenizer},
       {"tokenizer_vocab_size", i.tokenizer_vocab_size}, {"eos_token_ids", i.eos_token_ids},
       {"kv_bytes_per_token", i.kv_bytes_per_token}};
+  // The chat template, as conversations will use it (a broken one is reported, not fatal here).
+  std::string chat_template = "none (raw prompts only)";
+  try {
+    if (const auto t = ChatTemplate::from_folder(dir)) chat_template = t->origin();
+    j["chat_template"] = chat_template;
+  } catch (const Error& e) {
+    chat_template = std::string("unusable: ") + e.what();
+    j["chat_template_error"] = e.what();
+  }
   if (vlm) {
     const vision::VisionInfo v = vlm->vision_info();
     j["vision"] = {{"family", v.family}, {"model_type", v.model_type}, {"parameters", v.vision_parameters},
@@ -64,7 +74,8 @@ int cmd_info(int argc, char** argv, int first) {
             << "KV cache       " << i.kv_bytes_per_token << " bytes per token (all layers and KV heads)\n"
             << "tokenizer      "
             << (i.has_tokenizer ? "tokenizer.json, " + std::to_string(i.tokenizer_vocab_size) + " ids" : "none")
-            << "\n";
+            << "\n"
+            << "chat template  " << chat_template << "\n";
   if (vlm) {
     const vision::VisionInfo v = vlm->vision_info();
     std::cout << "vision         " << v.n_layer << " layers, hidden " << v.hidden_size << ", " << v.n_head

@@ -1,4 +1,6 @@
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "args.h"
@@ -11,6 +13,7 @@ int cmd_tokenize(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint folder with tokenizer.json (default: the embedded demo model)"},
       {"text", "T", "text to tokenize"},
+      {"text-file", "FILE", "tokenize the contents of FILE instead (UTF-8)"},
       {"no-special", "", "do not add the post-processor's special tokens (BOS...)"},
       {"tokens", "", "also print the token strings"},
       {"help", "", "show this help"},
@@ -21,7 +24,13 @@ int cmd_tokenize(int argc, char** argv, int first) {
     return 0;
   }
   const std::string model = args.model_dir();
-  const std::string text = args.require("text");
+  if (args.has("text") == args.has("text-file")) throw UsageError("give exactly one of --text and --text-file");
+  std::string text = args.get("text");
+  if (args.has("text-file")) {
+    std::ifstream in(args.get("text-file"), std::ios::binary);
+    if (!in.good()) throw UsageError("cannot read --text-file '" + args.get("text-file") + "'");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
   auto engine = Engine::load(model);
   const auto ids = engine->tokenize(text, !args.flag("no-special"));
   if (!args.flag("tokens")) {

@@ -10,6 +10,7 @@
 #include <QSettings>
 #include <QComboBox>
 #include <QFileDialog>
+#include <QInputDialog>
 #include <QFileInfo>
 #include <QHBoxLayout>
 #include <QIcon>
@@ -197,6 +198,11 @@ void MainWindow::buildMenus() {
                                 "sampling: every question is sent again and answered anew (Ctrl+Shift+R)"));
   m_replayAction->setIconText(tr("Replay"));
   connect(m_replayAction, &QAction::triggered, this, &MainWindow::replayConversation);
+  chat->addSeparator();
+  m_templateVarsAction = chat->addAction(tr("Chat &template variables…"));
+  m_templateVarsAction->setToolTip(tr("Variables the model's chat template reads, e.g. enable_thinking=false "
+                                      "for Qwen3 (a new conversation starts with them)"));
+  connect(m_templateVarsAction, &QAction::triggered, this, &MainWindow::editTemplateVariables);
 
   QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
   m_compareAction = analysis->addAction(tr("&Compare two settings…"));
@@ -350,6 +356,7 @@ void MainWindow::buildCentral() {
   leftLayout->addLayout(attachRow);
   auto* inputRow = new QHBoxLayout;
   auto* attach = new QPushButton(tr("Attach image…"), left);
+  m_attach = attach;
   attach->setToolTip(tr("Attach images to the next message (or drop them onto the input)"));
   connect(attach, &QPushButton::clicked, this, &MainWindow::attachImages);
   m_input = new ChatInput(left);
@@ -490,6 +497,8 @@ void MainWindow::connectWorker() {
   connect(this, &MainWindow::requestLoad, m_worker, &SessionWorker::loadModel, Qt::QueuedConnection);
   connect(this, &MainWindow::requestTurn, m_worker, &SessionWorker::sendTurn, Qt::QueuedConnection);
   connect(this, &MainWindow::requestReset, m_worker, &SessionWorker::reset, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestTemplateVariables, m_worker, &SessionWorker::setTemplateVariables,
+          Qt::QueuedConnection);
   connect(this, &MainWindow::requestSave, m_worker, &SessionWorker::saveConversation, Qt::QueuedConnection);
   connect(this, &MainWindow::requestOpen, m_worker, &SessionWorker::loadConversation, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::conversationSaved, this, [this](const QString& path) {
@@ -767,6 +776,27 @@ void MainWindow::newConversation() {
   Q_EMIT requestReset();
 }
 
+bool MainWindow::imageTabVisible() const { return m_lowerTabs->isTabVisible(m_lowerTabs->indexOf(m_overlay)); }
+
+void MainWindow::editTemplateVariables() {
+  bool ok = false;
+  const QString template_file = m_model.chatTemplate.isEmpty() ? tr("this model has no chat template")
+                                                                : m_model.chatTemplate;
+  const QString text = QInputDialog::getMultiLineText(
+      this, tr("Chat template variables"),
+      tr("One NAME=VALUE per line; VALUE is read as JSON when it is one (true, 3, \"text\"), else as text.\n"
+         "Template: %1\nA new conversation starts with them.").arg(template_file),
+      m_templateVars.join(QLatin1Char('\n')), &ok);
+  if (ok) setTemplateVariables(text.split(QLatin1Char('\n'), Qt::SkipEmptyParts));
+}
+
+void MainWindow::setTemplateVariables(const QStringList& lines) {
+  stopGeneration();
+  cancelEdit();
+  m_templateVars = lines;
+  Q_EMIT requestTemplateVariables(lines);
+}
+
 void MainWindow::saveConversation(const QString& path) { Q_EMIT requestSave(path); }
 
 void MainWindow::loadConversation(const QString& path) {
@@ -924,6 +954,11 @@ void MainWindow::attachImages() {
 }
 
 void MainWindow::addAttachments(const QStringList& paths) {
+  if (!paths.isEmpty() && m_hasModel && !m_model.vision.takes_images()) {
+    showError(tr("This model takes no images"),
+              tr("%1 is a text model: its messages are text only.").arg(QFileInfo(m_model.dir).fileName()));
+    return;
+  }
   for (const QString& p : paths)
     if (!m_attachments.contains(p)) m_attachments << p;
   QStringList names;
@@ -981,7 +1016,9 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
                                .arg(i.n_kv_head)
                                .arg(static_cast<double>(i.parameters) / 1e6, 0, 'f', 1)
                                .arg(i.gates_file.empty() ? tr(", no retention gates")
-                                                         : tr(", gates: %1").arg(QString::fromStdString(i.gates_kind))));
+                                                         : tr(", gates: %1").arg(QString::fromStdString(i.gates_kind))) +
+                           (model.vision.takes_images() ? QString() : tr("\ntext model (no images)")) +
+                           tr("\nchat template: %1").arg(model.chatTemplate.isEmpty() ? tr("none") : model.chatTemplate));
   m_policy->blockSignals(true);
   m_policy->clear();
   for (const auto& d : model.policies) {
@@ -992,6 +1029,13 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
   }
   m_policy->blockSignals(false);
   m_conversation->clearConversation();
+  // A text model: no images to attach or overlay (the grid and strip show its text entries).
+  const bool images = model.vision.takes_images();
+  if (!images) clearAttachments();
+  m_attach->setEnabled(images);
+  m_attach->setToolTip(images ? tr("Attach images to the next message (or drop them onto the input)")
+                              : tr("This is a text model: it takes no images"));
+  m_lowerTabs->setTabVisible(m_lowerTabs->indexOf(m_overlay), images);
   m_statusPhase->setText(tr("ready"));
   m_compare->setPolicies(model.policies);
   m_evaluate->setPolicies(model.policies, QString::fromStdString(m_eviction.policy));
@@ -1170,7 +1214,9 @@ bool MainWindow::policyUsesBudget(const std::string& policy) const {
 void MainWindow::updateButtons() {
   m_send->setEnabled(m_hasModel && !m_answering);
   if (m_compareAction) m_compareAction->setEnabled(m_hasModel);
-  if (m_evaluateAction) m_evaluateAction->setEnabled(m_hasModel);
+  // The mini evaluation asks questions about generated pictures: vision-language models only.
+  if (m_evaluateAction) m_evaluateAction->setEnabled(m_hasModel && m_model.vision.takes_images());
+  if (m_templateVarsAction) m_templateVarsAction->setEnabled(m_hasModel && !m_answering);
   m_stop->setEnabled(m_answering);
   m_regenerateAction->setEnabled(m_hasModel && !m_answering && m_conversation->messageCount() > 0);
   m_replayAction->setEnabled(m_hasModel && !m_answering && m_conversation->userMessageCount() > 0);

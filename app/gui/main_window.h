@@ -90,6 +90,11 @@ class MainWindow : public QMainWindow {
   bool exportTraceTo(const QString& path);                  // the eviction trace, JSON
   bool exportHeadCountsTo(const QString& path);             // kept entries per head (as shown), CSV
   void newConversation();
+  // Conversation > Chat template variables…: "name=value" lines for the template (a new
+  // conversation starts with them).
+  void editTemplateVariables();
+  void setTemplateVariables(const QStringList& lines);
+  const QStringList& templateVariables() const { return m_templateVars; }
   void saveConversation(const QString& path);
   void loadConversation(const QString& path);
   void addAttachments(const QStringList& paths);  // images for the next message
@@ -132,6 +137,8 @@ class MainWindow : public QMainWindow {
   QPushButton* sendButton() const { return m_send; }
   const QStringList& attachments() const { return m_attachments; }
   QPushButton* stopButton() const { return m_stop; }
+  QPushButton* attachButton() const { return m_attach; }
+  bool imageTabVisible() const;
   QWidget* loadIndicator() const { return m_loadBar; }
   QMenu* recentMenu() const { return m_recentMenu; }
   SessionWorker* worker() const { return m_worker; }
@@ -174,6 +181,7 @@ class MainWindow : public QMainWindow {
   void requestResend(int userTurn, const QString& text, const QStringList& images);
   void requestReplay();
   void requestSystemPrompt(const QString& text);
+  void requestTemplateVariables(const QStringList& lines);
   void requestAutosaveFile(const QString& path);
   void requestEviction(const trimkv::EvictionSettings& settings);
   void requestGenerationParams(const trimkv::GenerationParams& params);
@@ -250,6 +258,8 @@ class MainWindow : public QMainWindow {
   EvaluateWindow* m_evaluate = nullptr;
   QAction* m_compareAction = nullptr;
   QAction* m_evaluateAction = nullptr;
+  QAction* m_templateVarsAction = nullptr;
+  QStringList m_templateVars;
   bool m_comparePending = false;  // waiting for the transcript to start a comparison
   trimkv::EvictionSettings m_compareSides[2];
   TourPanel* m_tour = nullptr;
@@ -279,6 +289,7 @@ class MainWindow : public QMainWindow {
   ChatInput* m_input = nullptr;
   QLabel* m_attachLabel = nullptr;
   QPushButton* m_clearAttach = nullptr;
+  QPushButton* m_attach = nullptr;  // disabled for a text model
   QPushButton* m_send = nullptr;
   QPushButton* m_stop = nullptr;
 

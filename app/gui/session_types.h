@@ -33,6 +33,7 @@ struct ModelSummary {
   QString gates;  // how it was loaded: "" the folder's own gates, "none", or a gates file
   trimkv::ModelInfo info;
   trimkv::vision::VisionInfo vision;
+  QString chatTemplate;  // the file the chat template came from ("" when the folder has none)
   std::vector<trimkv::PolicyDescription> policies;  // every policy of the eviction engine
 };
 

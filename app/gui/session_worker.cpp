@@ -53,6 +53,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
     // Loaded aside: on error the current model and conversation stay as they are.
     trimkv::EngineOptions options;
     options.gates = gates.toStdString();
+    options.template_vars = m_templateVars;
     engine = ChatEngine::load(dir.toStdString(), options);
   } catch (const std::exception& e) {
     Q_EMIT errorOccurred(gates.isEmpty() ? tr("Cannot open the model") : tr("Cannot open the model with these gates"),
@@ -68,6 +69,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   summary.gates = gates;
   summary.info = m_engine->info();
   summary.vision = m_engine->vision_info();
+  summary.chatTemplate = QString::fromStdString(m_engine->chat_template_origin());
   summary.policies = trimkv::describe_policies();
   // Keep the user's eviction choice across models when the new one accepts it.
   if (m_eviction.policy != "full") {
@@ -110,6 +112,24 @@ void SessionWorker::setGenerationParams(const trimkv::GenerationParams& params) 
 void SessionWorker::setSystemPrompt(const QString& text) {
   m_systemPrompt = text;
   if (m_engine) m_engine->set_system_prompt(text.toStdString());
+}
+
+void SessionWorker::setTemplateVariables(const QStringList& lines) {
+  BusyScope<SessionWorker> busy(this);
+  std::vector<trimkv::TemplateVar> vars;
+  try {
+    for (const QString& line : lines)
+      if (!line.trimmed().isEmpty()) vars.push_back(trimkv::parse_template_var(line.trimmed().toStdString()));
+    if (m_engine) m_engine->set_template_variables(vars);  // starts a new conversation
+  } catch (const std::exception& e) {
+    Q_EMIT errorOccurred(tr("Cannot use these template variables"), errorText(e));
+    return;
+  }
+  m_templateVars = vars;
+  if (!m_engine) return;
+  m_tokens.reset();
+  Q_EMIT conversationReset();
+  emitFrame(QStringLiteral("idle"), 0, true);
 }
 
 void SessionWorker::setAutosaveFile(const QString& path) {

@@ -70,6 +70,9 @@ class SessionWorker : public QObject {
   void replayConversation();
   // The system message of the next fresh conversation (ChatEngine::set_system_prompt).
   void setSystemPrompt(const QString& text);
+  // Chat-template variables ("name=value" lines, e.g. enable_thinking=false) for this and every
+  // later model: the conversation starts anew (conversationReset), or errorOccurred names a bad line.
+  void setTemplateVariables(const QStringList& lines);
   // Where completed turns are saved ("" = nowhere, the default).
   void setAutosaveFile(const QString& path);
   void reset();
@@ -144,6 +147,7 @@ class SessionWorker : public QObject {
   trimkv::EvictionSettings m_eviction;  // what the engine runs under (policy "full" = none)
   trimkv::GenerationParams m_params;
   QString m_systemPrompt;  // for the next fresh conversation
+  std::vector<trimkv::TemplateVar> m_templateVars;  // given to every model loaded
   QString m_autosaveFile;
   bool m_autosaveFailed = false;  // reported already
   std::atomic<bool> m_cancel{false};

@@ -1356,6 +1356,49 @@ class MainWindowTest : public QObject {
     const TurnStats stats = answer(QStringLiteral("Still there?"), {});
     QVERIFY(stats.generatedTokens > 0);
   }
+
+  void aTextModelChatsWithoutTheImagePaneAndRefusesImages() {
+    const QString vlm = m_window->model().dir;
+    const QString text = QStringLiteral(TRIMKV_TEST_DATA_DIR "/models/qwen2");
+    QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
+    m_window->openModel(text);
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();  // policy notes
+    QVERIFY(!m_window->model().vision.takes_images());
+    QVERIFY(m_window->model().chatTemplate.endsWith(QStringLiteral("chat_template.jinja")));
+    QVERIFY(!m_window->imageTabVisible());
+    QVERIFY(!m_window->attachButton()->isEnabled());
+    {  // an image dropped or pasted anyway is refused with a message; the typed text stays
+      QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+      m_window->input()->setPlainText(QStringLiteral("typed"));
+      m_window->addAttachments({kImage});
+      QCOMPARE(errors.count(), 1);
+      QVERIFY(m_window->attachments().isEmpty());
+      QCOMPARE(m_window->input()->toPlainText(), QStringLiteral("typed"));
+      m_window->input()->clear();
+      for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    }
+    const TurnStats stats = answer(QStringLiteral("Hello, who are you?"), {});
+    QVERIFY(stats.generatedTokens > 0);
+    const InspectorFrame& f = m_window->lastFrame();
+    QVERIFY(f.state.kv_text_entries > 0);
+    QCOMPARE(f.state.kv_image_entries, int64_t{0});
+    QCOMPARE(m_window->conversation()->messageCount(), 2);
+    // Template variables start a new conversation with them; a malformed line is refused.
+    m_window->setTemplateVariables({QStringLiteral("enable_thinking=false")});
+    QTRY_COMPARE_WITH_TIMEOUT(m_window->lastFrame().state.tokens, int64_t{0}, 10000);
+    QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
+    m_window->setTemplateVariables({QStringLiteral("no equals sign")});
+    QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 10000);
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    m_window->setTemplateVariables({});
+    // Back to the vision-language model: images again.
+    m_window->openModel(vlm);
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
+    QVERIFY(m_window->imageTabVisible());
+    QVERIFY(m_window->attachButton()->isEnabled());
+  }
 };
 
 QTEST_MAIN(MainWindowTest)

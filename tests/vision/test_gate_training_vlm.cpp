@@ -131,11 +131,12 @@ TEST_CASE("VLM gate training: chat-template layout, labels, teacher logits, bad 
   REQUIRE(sr.ids_turn2 == hf_ids);
 
   // Labels: the answer tokens and the end-of-turn token after each, nothing else.
-  const std::vector<int32_t> close = model->encoder->close_assistant_turn();
+  const std::vector<Message> one_turn = {{"user", {ContentPart::text_part("x")}}};
+  const std::vector<int32_t> close = model->encoder->close_assistant_turn(one_turn);
   REQUIRE(!close.empty());
   std::vector<uint8_t> want(s.ids.size(), 0);
   auto mark = [&](size_t begin, const std::string& answer) {
-    const size_t n = model->encoder->assistant_turn(answer).size();
+    const size_t n = model->encoder->assistant_turn(one_turn, answer).size();
     for (size_t i = begin; i < begin + n - close.size() + 1; ++i) want[i] = 1;
   };
   mark(sr.ids_turn1.size(), kAnswer1);
@@ -191,7 +192,7 @@ TEST_CASE("VLM gate training: steps lower the loss, tower / connector / decoder 
   const std::vector<at::Tensor> before = base_weights(model->text);
   std::vector<ImageRecord> rec;
   const std::vector<ContentPart> turn = content_from_prompt("<image>x", {test::vlm_image("alpha.png")});
-  const at::Tensor feats_before = model->encoder->user_turn(turn, true, 0, rec, nullptr).image_embeddings.clone();
+  const at::Tensor feats_before = model->encoder->user_turn({}, turn, 0, rec, nullptr).image_embeddings.clone();
 
   TrainOptions o = small_options(d.dir.file("g.safetensors"));
   o.batch = 2;        // both samples every step: the losses compare
@@ -214,7 +215,7 @@ TEST_CASE("VLM gate training: steps lower the loss, tower / connector / decoder 
     REQUIRE(before[i].defined() == after[i].defined());
     if (before[i].defined()) REQUIRE(at::equal(before[i], after[i]));
   }
-  const at::Tensor feats_after = model->encoder->user_turn(turn, true, 0, rec, nullptr).image_embeddings;
+  const at::Tensor feats_after = model->encoder->user_turn({}, turn, 0, rec, nullptr).image_embeddings;
   REQUIRE(at::equal(feats_before, feats_after));  // tower + connector unchanged
 }
 

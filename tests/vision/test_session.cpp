@@ -87,7 +87,7 @@ TEST_CASE("Session: the answer is closed and the next turn continues the same ca
   const GenerationResult r = s.generate(p);
   REQUIRE(r.tokens.size() == 5);
   // Stream: turn 1, the 5 answer tokens, then "<end_of_utterance>\n".
-  const std::vector<int32_t> close = smolvlm().encoder->close_assistant_turn();
+  const std::vector<int32_t> close = smolvlm().encoder->close_assistant_turn({{"user", c.turn1}});
   std::vector<int32_t> want = c.turn1_ids();
   want.insert(want.end(), r.tokens.begin(), r.tokens.end());
   want.insert(want.end(), close.begin(), close.end());

@@ -57,7 +57,7 @@ TEST_CASE("a system prompt is tokenized as the chat template renders it", "[sess
     REQUIRE(ids_of(*engine) == tok.encode(rendered));
     // The system positions are text of message 0; the user turn is message 1.
     const std::vector<StreamToken> tokens = engine->tokens();
-    const size_t n_system = tok.encode(idefics3_system_turn(kSystem)).size();
+    const size_t n_system = tok.encode("<|im_start|>System: You answer briefly.<end_of_utterance>\n").size();
     REQUIRE(tokens.at(0).info.turn == 0);
     REQUIRE(tokens.at(n_system - 1).info.turn == 0);
     REQUIRE(tokens.at(n_system).info.turn == 1);

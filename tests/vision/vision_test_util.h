@@ -47,10 +47,11 @@ class CancelAfterEncoding : public trimkv::TurnEncoder {
  public:
   CancelAfterEncoding(std::shared_ptr<const TurnEncoder> inner, std::atomic<bool>* flag)
       : m_inner(std::move(inner)), m_flag(flag) {}
-  trimkv::StreamSegment user_turn(const std::vector<trimkv::ContentPart>& content, bool first, int first_image_id,
-                          std::vector<trimkv::ImageRecord>& images, const std::atomic<bool>* cancel,
-                          const trimkv::ImageTokenReducer& reduce) const override {
-    trimkv::StreamSegment s = m_inner->user_turn(content, first, first_image_id, images, cancel, reduce);
+  trimkv::StreamSegment user_turn(const std::vector<trimkv::Message>& history,
+                                  const std::vector<trimkv::ContentPart>& content, int first_image_id,
+                                  std::vector<trimkv::ImageRecord>& images, const std::atomic<bool>* cancel,
+                                  const trimkv::ImageTokenReducer& reduce) const override {
+    trimkv::StreamSegment s = m_inner->user_turn(history, content, first_image_id, images, cancel, reduce);
     if (m_armed) m_flag->store(true);
     return s;
   }
@@ -60,8 +61,18 @@ class CancelAfterEncoding : public trimkv::TurnEncoder {
     return m_inner->raw_prompt(content, first_image_id, images, cancel, reduce);
   }
   std::vector<int32_t> system_turn(const std::string& text) const override { return m_inner->system_turn(text); }
-  std::vector<int32_t> assistant_turn(const std::string& text) const override { return m_inner->assistant_turn(text); }
-  std::vector<int32_t> close_assistant_turn() const override { return m_inner->close_assistant_turn(); }
+  std::vector<int32_t> assistant_turn(const std::vector<trimkv::Message>& history,
+                                      const std::string& text) const override {
+    return m_inner->assistant_turn(history, text);
+  }
+  std::vector<int32_t> close_assistant_turn(const std::vector<trimkv::Message>& history) const override {
+    return m_inner->close_assistant_turn(history);
+  }
+  std::vector<int32_t> end_of_turn_ids() const override { return m_inner->end_of_turn_ids(); }
+  std::shared_ptr<const TurnEncoder> with_template_variables(
+      const std::vector<trimkv::TemplateVar>& vars) const override {
+    return m_inner->with_template_variables(vars);
+  }
   bool m_armed = false;
 
  private:

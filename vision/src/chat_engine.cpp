@@ -14,6 +14,7 @@
 #include "trimkv/core/gate_file.h"
 #include "trimkv/core/kv_stats.h"
 #include "trimkv/core/session.h"
+#include "trimkv/core/text_turn_encoder.h"
 #include "trimkv/vision/vlm.h"
 
 namespace trimkv::vision {
@@ -42,7 +43,13 @@ bool ChatEngine::is_vlm_checkpoint(const std::string& dir) { return vision::is_v
 std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& dir, const EngineOptions& options) {
   apply_engine_options(options);
   auto impl = std::make_unique<Impl>();
-  impl->model = load_vlm(dir);
+  if (vision::is_vlm_checkpoint(dir)) {
+    impl->model = load_vlm(dir, options.template_vars);
+  } else {  // a text model: the same conversation, text only
+    impl->model = std::make_shared<VlmModel>();
+    impl->model->text = load_text_model(dir);
+    impl->model->encoder = make_text_turn_encoder(impl->model->text, options.template_vars);
+  }
   impl->options = options;
   LoadedGates loaded = load_engine_gates(options, dir, impl->model->text);
   impl->gates = std::move(loaded.gates);
@@ -55,6 +62,7 @@ std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& dir, const Engin
 ModelInfo ChatEngine::info() const {
   const TextModel& m = m_impl->model->text;
   ModelInfo i = describe_text_model(m, {m_impl->gates, m_impl->gates_path});
+  if (!takes_images()) return i;
   i.model_type = m_impl->model->info.model_type;
   i.family = m_impl->model->info.family;
   i.family_description = m_impl->model->info.description + " (text: " + m.family->name + ")";
@@ -63,6 +71,28 @@ ModelInfo ChatEngine::info() const {
 }
 
 VisionInfo ChatEngine::vision_info() const { return m_impl->model->info; }
+
+namespace {
+const TextTurnEncoder* template_encoder(const TurnEncoder& e) { return dynamic_cast<const TextTurnEncoder*>(&e); }
+}  // namespace
+
+bool ChatEngine::has_chat_template() const {
+  const TextTurnEncoder* e = template_encoder(*m_impl->model->encoder);
+  return e && e->has_chat_template();
+}
+
+std::string ChatEngine::chat_template_origin() const {
+  return has_chat_template() ? template_encoder(*m_impl->model->encoder)->format().chat_template().origin() : "";
+}
+
+void ChatEngine::set_template_variables(const std::vector<TemplateVar>& vars) {
+  std::shared_ptr<const TurnEncoder> enc = m_impl->model->encoder->with_template_variables(vars);
+  m_impl->session->set_encoder(enc);
+  m_impl->model->encoder = std::move(enc);
+  m_impl->options.template_vars = vars;
+}
+
+std::vector<TemplateVar> ChatEngine::template_variables() const { return m_impl->options.template_vars; }
 
 GenerationResult ChatEngine::generate(const std::string& prompt, const std::vector<std::string>& images,
                                       const GenerationParams& params, bool chat_template,
@@ -84,6 +114,7 @@ GenerationResult ChatEngine::run_one(const std::string& prompt, const std::vecto
                                      const std::atomic<bool>* cancel) {
   Session one(m_impl->model->text, m_impl->model->encoder, m_impl->session_options());
   m_impl->configure(one, eviction);  // before any image is read
+  one.set_system_prompt(m_impl->session->system_prompt());
   const std::vector<ContentPart> content = content_from_prompt(prompt, images);
   if (chat_template) one.add_user_turn(content, cancel);
   else one.add_raw_prompt(content, cancel);
@@ -102,6 +133,13 @@ void ChatEngine::add_user_turn(const std::vector<ContentPart>& content, const st
 GenerationResult ChatEngine::respond(const GenerationParams& params, const TextCallback& on_text,
                                      const std::atomic<bool>* cancel) {
   return m_impl->session->generate(params, on_text, cancel);
+}
+
+std::vector<float> ChatEngine::pending_logits() const {
+  const at::Tensor& l = m_impl->session->pending_logits();
+  if (!l.defined()) return {};
+  const at::Tensor c = l.to(at::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
 void ChatEngine::add_assistant_text(const std::string& text) { m_impl->session->add_assistant_text(text); }

@@ -12,12 +12,6 @@ namespace trimkv::vision {
 
 namespace {
 
-size_t count_placeholders(const std::string& text) {
-  size_t n = 0;
-  const std::string ph = kImagePlaceholder;
-  for (size_t p = text.find(ph); p != std::string::npos; p = text.find(ph, p + ph.size())) ++n;
-  return n;
-}
 
 }  // namespace
 
@@ -37,12 +31,12 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
   // Which images fill which turn.
   std::vector<size_t> per_turn(sample.turns.size(), 0);
   size_t total = 0;
-  for (size_t k = 0; k < sample.turns.size(); ++k) total += per_turn[k] = count_placeholders(sample.turns[k].text);
+  for (size_t k = 0; k < sample.turns.size(); ++k) total += per_turn[k] = count_image_placeholders(sample.turns[k].text);
   if (total == 0) per_turn[0] = sample.images.size();
   else
     TRIMKV_CHECK(total == sample.images.size(), Input, "the turns hold ", total, " ", kImagePlaceholder,
                  " placeholder(s) but the line has ", sample.images.size(), " image(s)");
-  const std::vector<int32_t> close = enc.close_assistant_turn();
+  std::vector<Message> history;  // the conversation so far, as the chat template sees it
   std::vector<int32_t> ids;
   std::vector<uint8_t> label, media;
   std::vector<at::Tensor> rows;
@@ -53,8 +47,9 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
     const std::vector<std::string> imgs(sample.images.begin() + static_cast<std::ptrdiff_t>(next_image),
                                         sample.images.begin() + static_cast<std::ptrdiff_t>(next_image + per_turn[k]));
     next_image += per_turn[k];
-    const StreamSegment seg =
-        enc.user_turn(content_from_prompt(turn.text, imgs), k == 0, static_cast<int>(records.size()), records, nullptr);
+    const std::vector<ContentPart> content = content_from_prompt(turn.text, imgs);
+    const StreamSegment seg = enc.user_turn(history, content, static_cast<int>(records.size()), records, nullptr);
+    history.push_back({"user", content});
     TRIMKV_ASSERT(seg.infos.size() == seg.ids.size(), "user_turn: ids and infos differ in length");
     int64_t n_image = 0;
     for (size_t i = 0; i < seg.ids.size(); ++i) {
@@ -71,7 +66,9 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
     }
     // The answer as Session::add_assistant_text appends it; labels on its tokens and on the
     // end-of-turn token (the first of the closing tokens), which generation produces.
-    const std::vector<int32_t> answer = enc.assistant_turn(turn.answer);
+    const std::vector<int32_t> answer = enc.assistant_turn(history, turn.answer);
+    const std::vector<int32_t> close = enc.close_assistant_turn(history);
+    history.push_back({"assistant", {ContentPart::text_part(turn.answer)}});
     size_t n_label = answer.size();
     if (!close.empty() && answer.size() >= close.size() &&
         std::equal(close.begin(), close.end(), answer.end() - static_cast<std::ptrdiff_t>(close.size())))

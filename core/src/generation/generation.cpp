@@ -177,7 +177,9 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
     const int32_t next = sampler.sample(logits.data_ptr<float>(), vocab, history);
     r.tokens.push_back(next);
     history.push_back(next);
-    if (params.stop_at_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
+    if (params.stop_at_eos && (std::find(eos.begin(), eos.end(), next) != eos.end() ||
+                               std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), next) !=
+                                   params.stop_token_ids.end())) {
       r.stop_reason = "eos";
       break;
     }

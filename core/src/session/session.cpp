@@ -114,8 +114,10 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
   // A fresh conversation's first chat turn brings the system turn, which then opens it.
   const bool opening = m_stored.empty();
   const bool with_system = chat && opening && !m_system_prompt.empty();
+  std::vector<Message> history = m_transcript;
+  if (with_system) history.push_back({"system", {ContentPart::text_part(m_system_prompt)}});
   // Encoded first: a bad image changes nothing.
-  StreamSegment seg = chat ? m_encoder->user_turn(content, opening && !with_system, first_image, images, cancel, reduce)
+  StreamSegment seg = chat ? m_encoder->user_turn(history, content, first_image, images, cancel, reduce)
                            : m_encoder->raw_prompt(content, first_image, images, cancel, reduce);
   int turn = m_turn;
   PrefilledPrompt p;
@@ -123,13 +125,15 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
   if (with_system) {
     system.ids = m_encoder->system_turn(m_system_prompt);
     system.infos.assign(system.ids.size(), TokenInfo{});
-    append(system, turn, cancel);  // rolls itself back on error
+    // Some templates fold the system message into the first user message (Gemma 3): then the
+    // opening may be empty and the user turn carries it.
+    if (!system.ids.empty()) append(system, turn, cancel);  // rolls itself back on error
     ++turn;
   }
   try {
     p.logits = append(seg, turn, cancel);
   } catch (...) {
-    if (with_system) {  // the conversation is as before: empty
+    if (with_system && !system.ids.empty()) {  // the conversation is as before: empty
       m_stored.pop_back();
       rebuild();
     }
@@ -168,8 +172,13 @@ GenerationResult Session::generate_pending(const GenerationParams& params, const
                                            const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
   const size_t mark = m_ids.size();
+  GenerationParams p = params;  // a chat answer also ends at the template's end-of-turn token
+  if (m_chat_turn) {
+    const std::vector<int32_t> eot = m_encoder->end_of_turn_ids();
+    p.stop_token_ids.insert(p.stop_token_ids.end(), eot.begin(), eot.end());
+  }
   try {
-    return trimkv::generate(*m_runner, m_pending, params, on_text, cancel);
+    return trimkv::generate(*m_runner, m_pending, p, on_text, cancel);
   } catch (...) {
     // Drop whatever the failed generation appended; the prompt stays pending.
     if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
@@ -180,8 +189,10 @@ GenerationResult Session::generate_pending(const GenerationParams& params, const
 GenerationResult Session::generate(const GenerationParams& params, const TextCallback& on_text,
                                    const std::atomic<bool>* cancel) {
   const size_t mark = m_ids.size();
+  const std::vector<int32_t> end_of_turn = m_chat_turn ? m_encoder->end_of_turn_ids() : std::vector<int32_t>{};
   GenerationResult r = generate_pending(params, on_text, cancel);
   const int answer_turn = m_turn;
+  const std::vector<Message> history = m_transcript;  // ends with the prompt it answers
   // Tokens the decode loop already fed through the model (every sampled token but the last).
   const size_t fed = static_cast<size_t>(m_runner->n_tokens()) - mark;
   TRIMKV_ASSERT(fed <= r.tokens.size());
@@ -204,8 +215,12 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
     // Close the answer: its unfed tokens (not an end-of-turn token), then the family's closing.
     std::vector<int32_t> rest(r.tokens.begin() + static_cast<std::ptrdiff_t>(fed), r.tokens.end());
     const auto& eos = m_model->config.eos_token_ids;
-    if (!rest.empty() && std::find(eos.begin(), eos.end(), rest.back()) != eos.end()) rest.pop_back();
-    const std::vector<int32_t> close = m_encoder->close_assistant_turn();
+    auto is_stop = [&](int32_t id) {
+      return std::find(eos.begin(), eos.end(), id) != eos.end() ||
+             std::find(end_of_turn.begin(), end_of_turn.end(), id) != end_of_turn.end();
+    };
+    if (!rest.empty() && is_stop(rest.back())) rest.pop_back();
+    const std::vector<int32_t> close = m_encoder->close_assistant_turn(history);
     rest.insert(rest.end(), close.begin(), close.end());
     if (!rest.empty()) {
       StreamSegment seg;
@@ -226,7 +241,7 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
 void Session::add_assistant_text(const std::string& text) {
   TRIMKV_CHECK(awaiting_answer(), Input, "an assistant answer must follow a user turn");
   StreamSegment seg;
-  seg.ids = m_encoder->assistant_turn(text);
+  seg.ids = m_encoder->assistant_turn(m_transcript, text);
   seg.infos.assign(seg.ids.size(), TokenInfo{});
   append(seg, m_turn, nullptr);
   m_pending = {};
@@ -248,6 +263,12 @@ GenerationResult Session::generate_then_give(const std::string& given, const Gen
   fill_kv_stats(m_cache, r);
   if (m_evictor) r.trace = std::make_shared<const Trace>(m_evictor->trace());
   return r;
+}
+
+void Session::set_encoder(std::shared_ptr<const TurnEncoder> encoder) {
+  TRIMKV_CHECK(encoder, Input, "a session needs a turn encoder (model '", m_model->dir, "')");
+  reset();
+  m_encoder = std::move(encoder);
 }
 
 void Session::reset() {

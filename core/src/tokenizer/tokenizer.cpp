@@ -98,19 +98,9 @@ Tokenizer Tokenizer::from_folder(const std::string& dir) {
     c.unk_token = config_token(config, "unk_token");
     c.add_bos_token = optional_flag(config, "add_bos_token");
     c.add_eos_token = optional_flag(config, "add_eos_token");
-    const auto it = config.find("chat_template");
-    if (it != config.end() && it->is_string()) {
-      c.chat_template = it->get<std::string>();
-    } else if (it != config.end() && it->is_array()) {  // [{"name": ..., "template": ...}]
-      for (const auto& entry : *it)
-        if (entry.value("name", "") == "default") c.chat_template = entry.value("template", "");
-    }
   } catch (const nlohmann::json::exception& e) {
     TRIMKV_FAIL(Format, config_path, ": malformed tokenizer_config.json: ", e.what());
   }
-  // Newer transformers save the template beside the config.
-  const std::string jinja_path = dir + "/chat_template.jinja";
-  if (c.chat_template.empty() && file_exists(jinja_path)) c.chat_template = read_file(jinja_path);
   auto id_of = [&](const std::string& token) { return token.empty() ? -1 : base.token_to_id(token); };
   c.bos_id = id_of(c.bos_token);
   c.eos_id = id_of(c.eos_token);

@@ -20,7 +20,7 @@ DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefic
   m_image_edge_id = tok.token_to_id(kIdefics3FakeImageToken);
   m_global_id = tok.token_to_id(kIdefics3GlobalImageToken);
   TRIMKV_CHECK(m_image_id >= 0, Config, "the demo tokenizer lacks '", kImagePlaceholder, "'");
-  m_close = tok.encode(idefics3_answer_text("").substr(1), false);
+  m_close = tok.encode(smolvlm_chat_format().answer_frame({{"user", {ContentPart::text_part("?")}}}).after, false);
 }
 
 at::Tensor DemoData::scene_pixels(const world::Scene& scene) const {
@@ -244,25 +244,25 @@ DemoSequence DemoData::layout(const world::Conversation& conv, Images& images) c
   seq.n_scene_images = static_cast<int>(conv.scenes.size());
   add_images(conv.scenes, images);
   const std::string image_prompt = idefics3_image_prompt(0, 0, static_cast<int>(m_seq));
-  const std::string placeholder = kImagePlaceholder;
+  const ChatFormat& format = smolvlm_chat_format();  // what the demo model ships
+  std::vector<Message> history;
   for (size_t k = 0; k < conv.turns.size(); ++k) {
     const world::Turn& turn = conv.turns[k];
-    std::string text = idefics3_user_turn_open(k == 0, turn.text.rfind(placeholder, 0) == 0);
-    for (size_t at = 0;;) {  // the turn's text with each placeholder expanded
-      const size_t next = turn.text.find(placeholder, at);
-      text += turn.text.substr(at, next == std::string::npos ? std::string::npos : next - at);
-      if (next == std::string::npos) break;
-      text += image_prompt;
-      at = next + placeholder.size();
-    }
-    text += idefics3_user_turn_close();
+    const size_t n_images = count_image_placeholders(turn.text);
+    const std::vector<ContentPart> content = content_from_prompt(turn.text, std::vector<std::string>(n_images));
+    const std::string text = expand_image_placeholders(format.user_text(history, content),
+                                                       std::vector<std::string>(n_images, image_prompt),
+                                                       "the demo chat template");
+    history.push_back({"user", content});
     const int64_t turn_start = static_cast<int64_t>(seq.ids.size());
     for (int32_t id : m_tok.encode(text, false)) {
       if (id == m_image_id) seq.image_pos.push_back(static_cast<int64_t>(seq.ids.size()));
       seq.ids.push_back(id);
     }
     add_attention_targets(conv, turn, turn_start, seq);
-    const std::vector<int32_t> answer = m_tok.encode(idefics3_answer_text(turn.answer), false);
+    const ChatFormat::AnswerFrame frame = format.answer_frame(history);
+    const std::vector<int32_t> answer = m_tok.encode(frame.before + turn.answer + frame.after, false);
+    history.push_back({"assistant", {ContentPart::text_part(turn.answer)}});
     TRIMKV_ASSERT(answer.size() > m_close.size(), "demo data: the answer '", turn.answer, "' has no token");
     const size_t n_label = answer.size() - m_close.size() + 1;  // the answer and its end of utterance
     for (size_t i = 0; i < answer.size(); ++i) {

@@ -21,14 +21,6 @@ namespace {
 
 constexpr double kInitStd = 0.02;
 
-// The SmolVLM chat template (the family's template: Idefics3Encoder lays turns out the same way).
-constexpr const char* kChatTemplate =
-    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if "
-    "message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}{% for line in "
-    "message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}{% elif line['type'] == 'image' "
-    "%}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt "
-    "%}{{ 'Assistant:' }}{% endif %}";
-
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   TRIMKV_CHECK(out.good(), Io, "cannot write '", path, "'");
@@ -137,7 +129,7 @@ void write_demo_side_files(const std::string& dir, const DemoModelSize& z, const
                         {"extra_special_tokens", {"<fake_token_around_image>", "<image>", "<end_of_utterance>"}},
                         {"model_max_length", 16384}};
   write_text((fs::path(dir) / "tokenizer_config.json").string(), tok_cfg.dump(2) + "\n");
-  write_text((fs::path(dir) / "chat_template.jinja").string(), kChatTemplate);
+  write_text((fs::path(dir) / "chat_template.jinja").string(), kSmolVlmChatTemplate);
 }
 
 DemoModel make_demo_model(const std::string& config_path, uint64_t seed) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/text_turn_encoder.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/kernels/linear.h"
 #include "trimkv/vision/idefics3.h"
@@ -42,13 +43,6 @@ const std::vector<VitTensorSpec> kLayerTable = {
     {VitTensor::fc2_w, "mlp.fc2.weight"},         {VitTensor::fc2_b, "mlp.fc2.bias"},
 };
 
-// --- chat template (SmolVLM-Instruct) --------------------------------------------------------
-// "<|im_start|>" once, then per message "Role:" ("Role: " unless the content starts with an
-// image) + contents + "<end_of_utterance>\n"; the generation prompt is "Assistant:".
-constexpr const char* kConversationStart = "<|im_start|>";
-constexpr const char* kEndOfUtterance = "<end_of_utterance>\n";
-constexpr const char* kGenerationPrompt = "Assistant:";
-
 int64_t int_field(const json& j, const char* key, int64_t fallback, const std::string& path,
                   const char* section) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
@@ -62,72 +56,63 @@ int64_t int_field(const json& j, const char* key, int64_t fallback, const std::s
 }  // namespace
 
 namespace {
-// The template's message opening: "<|im_start|>" before the first message, then the role
-// (capitalised) and ":" when the content starts with an image, else ": ".
-std::string turn_open(const char* role, bool first, bool image_first) {
-  return std::string(first ? kConversationStart : "") + role + (image_first ? ":" : ": ");
-}
-}  // namespace
 
-std::string idefics3_user_turn_open(bool first, bool image_first) { return turn_open("User", first, image_first); }
-std::string idefics3_system_turn(const std::string& text) {
-  return turn_open("System", true, false) + text + kEndOfUtterance;
-}
-std::string idefics3_user_turn_close() { return std::string(kEndOfUtterance) + kGenerationPrompt; }
-std::string idefics3_answer_text(const std::string& answer) { return " " + answer + kEndOfUtterance; }
-
-namespace {
-
-class Idefics3Encoder final : public TurnEncoder {
+// The chat pieces come from the checkpoint's own template (TextTurnEncoder, content as parts:
+// the template writes "<image>" for each image); user turns and raw prompts expand every
+// "<image>" into the image's tiles and encode them.
+class Idefics3Encoder final : public TextTurnEncoder {
  public:
-  Idefics3Encoder(std::string dir, std::shared_ptr<Tokenizer> tok, std::shared_ptr<Idefics3Vision> vision,
-                  Idefics3ProcessorConfig proc, Idefics3TokenIds ids)
-      : m_dir(std::move(dir)), m_tok(std::move(tok)), m_vision(std::move(vision)),
-        m_proc(proc), m_ids(std::move(ids)) {}
+  Idefics3Encoder(std::string dir, std::shared_ptr<Tokenizer> tok, std::optional<ChatFormat> format,
+                  std::vector<TemplateVar> vars, std::shared_ptr<Idefics3Vision> vision, Idefics3ProcessorConfig proc,
+                  Idefics3TokenIds ids)
+      : TextTurnEncoder(std::move(dir), tok, std::move(format), std::move(vars)), m_tok(std::move(tok)),
+        m_vision(std::move(vision)), m_proc(proc), m_ids(std::move(ids)) {}
 
-  StreamSegment user_turn(const std::vector<ContentPart>& content, bool first, int first_image_id,
-                          std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
+  StreamSegment user_turn(const std::vector<Message>& history, const std::vector<ContentPart>& content,
+                          int first_image_id, std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
                           const ImageTokenReducer& reduce) const override {
     TRIMKV_CHECK(!content.empty(), Input, "an empty user message");
-    const bool image_first = content.front().kind == ContentPart::Kind::Image;
-    return encode(content, idefics3_user_turn_open(first, image_first), idefics3_user_turn_close(), first_image_id,
-                  images, cancel, reduce);
+    check_text_parts(content);
+    return encode(format().user_text(history, content), content, first_image_id, images, cancel, reduce);
   }
   StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
                            std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
                            const ImageTokenReducer& reduce) const override {
-    return encode(content, "", "", first_image_id, images, cancel, reduce);
+    check_text_parts(content);
+    std::string text;
+    for (const ContentPart& part : content) text += part.kind == ContentPart::Kind::Text ? part.text : kImagePlaceholder;
+    return encode(text, content, first_image_id, images, cancel, reduce, true);
   }
-  std::vector<int32_t> system_turn(const std::string& text) const override {
-    return m_tok->encode(idefics3_system_turn(text));
-  }
-  std::vector<int32_t> assistant_turn(const std::string& text) const override {
-    return m_tok->encode(idefics3_answer_text(text));
-  }
-  std::vector<int32_t> close_assistant_turn() const override { return m_tok->encode(kEndOfUtterance); }
+
+ protected:
+  std::shared_ptr<TextTurnEncoder> clone() const override { return std::make_shared<Idefics3Encoder>(*this); }
 
  private:
-  StreamSegment encode(const std::vector<ContentPart>& content, const std::string& before,
-                       const std::string& after, int first_image_id, std::vector<ImageRecord>& images,
-                       const std::atomic<bool>* cancel, const ImageTokenReducer& reduce) const {
+  static void check_text_parts(const std::vector<ContentPart>& content) {
+    for (const ContentPart& part : content)
+      TRIMKV_CHECK(part.kind != ContentPart::Kind::Text || part.text.find(kImagePlaceholder) == std::string::npos,
+                   Input, "a text part holds an ", kImagePlaceholder,
+                   " placeholder but no image fills it (give the image as its own part)");
+  }
+
+  // `text` holds one kImagePlaceholder per image part of `content`, in order: each becomes the
+  // image's expanded prompt (tile markers and image tokens). Raw prompts keep the tokenizer's
+  // special tokens (as the processor does on plain text); rendered template text adds none.
+  StreamSegment encode(const std::string& text, const std::vector<ContentPart>& content, int first_image_id,
+                       std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
+                       const ImageTokenReducer& reduce, bool raw = false) const {
     const Idefics3Config& cfg = m_vision->config();
     const int seq = static_cast<int>(cfg.image_seq_len());
     const int side = static_cast<int>(cfg.vision.patches_per_side() / cfg.scale_factor);
-    std::string text = before;
     std::vector<Idefics3Tiles> tiles;
     std::vector<std::pair<int, int>> grids;
     std::vector<ImageRecord> records;
+    std::vector<std::string> prompts;  // the expansion of each image's placeholder
     for (const ContentPart& part : content) {
-      if (part.kind == ContentPart::Kind::Text) {
-        TRIMKV_CHECK(part.text.find(kImagePlaceholder) == std::string::npos, Input,
-                     "a text part holds an ", kImagePlaceholder,
-                     " placeholder but no image fills it (give the image as its own part)");
-        text += part.text;
-        continue;
-      }
+      if (part.kind == ContentPart::Kind::Text) continue;
       const RgbImage img = decode_image_file(part.path);
       Idefics3Tiles t = idefics3_preprocess(img, m_proc);
-      text += idefics3_image_prompt(t.rows, t.cols, seq);
+      prompts.push_back(idefics3_image_prompt(t.rows, t.cols, seq));
       ImageRecord r;
       r.image_id = static_cast<int16_t>(first_image_id + static_cast<int>(records.size()));
       r.source = part.path;
@@ -145,9 +130,10 @@ class Idefics3Encoder final : public TurnEncoder {
       grids.emplace_back(t.rows, t.cols);
       tiles.push_back(std::move(t));
     }
-    text += after;
+    const std::string expanded =
+        expand_image_placeholders(text, prompts, raw ? "the prompt" : "the chat template of '" + model_dir() + "'");
     StreamSegment seg;
-    seg.ids = m_tok->encode(text);
+    seg.ids = raw ? m_tok->encode(expanded) : encode_rendered(expanded);
     seg.infos = idefics3_tag_tokens(seg.ids, m_ids, grids, side, first_image_id);
     if (reduce && !tiles.empty()) {
       reduce_image_tokens(seg, tiles, records, first_image_id, seq, reduce, cancel);
@@ -160,6 +146,8 @@ class Idefics3Encoder final : public TurnEncoder {
     images.insert(images.end(), records.begin(), records.end());
     return seg;
   }
+
+  std::vector<int32_t> encode_rendered(const std::string& text) const { return TextTurnEncoder::encode(text); }
 
   // visionzip after the connector: every tile's seq image tokens (pooled last-layer attention and
   // keys over each token's shuffle group) go through `reduce`; the tile's run of <image> ids
@@ -245,14 +233,13 @@ class Idefics3Encoder final : public TurnEncoder {
     if (!rows.empty()) seg.image_embeddings = at::cat(rows, 0);
   }
 
-  std::string m_dir;
   std::shared_ptr<Tokenizer> m_tok;
   std::shared_ptr<Idefics3Vision> m_vision;
   Idefics3ProcessorConfig m_proc;
   Idefics3TokenIds m_ids;
 };
 
-std::shared_ptr<VlmModel> load_idefics3(const std::string& dir) {
+std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vector<TemplateVar>& vars) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   auto m = std::make_shared<VlmModel>();
   m->text = load_text_model(dir);
@@ -320,7 +307,8 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir) {
   vi.tile_size = proc.tile_size;
   vi.image_splitting = proc.do_image_splitting;
   vi.resample = resample_filter_name(proc.resample);
-  m->encoder = std::make_shared<Idefics3Encoder>(dir, m->text.tokenizer, vision, proc, std::move(ids));
+  m->encoder = std::make_shared<Idefics3Encoder>(
+      dir, m->text.tokenizer, load_chat_format(dir, tok, ContentStyle::Parts), vars, vision, proc, std::move(ids));
   return m;
 }
 
@@ -470,6 +458,19 @@ Idefics3Vision::Encoded Idefics3Vision::encode_with_attention(const at::Tensor& 
   e.attention = at::stack(att);
   e.keys = at::stack(keys);
   return e;
+}
+
+const char* const kSmolVlmChatTemplate =
+    "<|im_start|>{% for message in messages %}{{message['role'] | capitalize}}{% if "
+    "message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}{% for line in "
+    "message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}{% elif line['type'] == 'image' "
+    "%}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt "
+    "%}{{ 'Assistant:' }}{% endif %}";
+
+const ChatFormat& smolvlm_chat_format() {
+  static const ChatFormat kFormat(ChatTemplate::from_source(kSmolVlmChatTemplate, "the SmolVLM chat template"),
+                                  ContentStyle::Parts);
+  return kFormat;
 }
 
 const VlmFamily& idefics3_family() {

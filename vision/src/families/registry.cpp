@@ -37,7 +37,7 @@ std::vector<std::string> supported_vlm_model_types() {
 
 bool is_vlm_checkpoint(const std::string& dir) { return find_family(checkpoint_model_type(dir)) != nullptr; }
 
-std::shared_ptr<VlmModel> load_vlm(const std::string& dir) {
+std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<TemplateVar>& template_vars) {
   TRIMKV_CHECK(std::filesystem::is_directory(dir), Io, "model folder '", dir, "' does not exist");
   const std::string type = checkpoint_model_type(dir);
   const VlmFamily* f = find_family(type);
@@ -47,7 +47,7 @@ std::shared_ptr<VlmModel> load_vlm(const std::string& dir) {
     TRIMKV_FAIL(Unsupported, "'", dir, "' is not a vision-language checkpoint this program knows: model_type '",
                 type, "' (supported: ", known, ")");
   }
-  return f->load(dir);
+  return f->load(dir, template_vars);
 }
 
 }  // namespace trimkv::vision

@@ -176,14 +176,13 @@ std::string conversation_json(const Conversation& conv, const std::vector<std::s
 }
 
 std::string chat_text(const std::vector<std::pair<std::string, std::string>>& turns) {
-  if (turns.empty()) return "<|im_start|>";  // the conversation opening alone
-  std::string text;
-  for (size_t k = 0; k < turns.size(); ++k) {
-    const auto& [user, answer] = turns[k];
-    text += idefics3_user_turn_open(k == 0, user.rfind(kImageToken, 0) == 0) + user + idefics3_user_turn_close() +
-            idefics3_answer_text(answer);
+  std::vector<Message> messages;
+  for (const auto& [user, answer] : turns) {
+    // The images' paths do not matter to the template: it writes "<image>" for each.
+    messages.push_back({"user", content_from_prompt(user, std::vector<std::string>(count_image_placeholders(user)))});
+    messages.push_back({"assistant", {ContentPart::text_part(answer)}});
   }
-  return text;
+  return smolvlm_chat_format().chat_template().render(messages, false, ContentStyle::Parts);
 }
 
 std::vector<std::string> chat_texts_from_jsonl(const std::string& path) {

@@ -28,11 +28,25 @@ struct Message {
   std::vector<ContentPart> content;
 };
 
+// How many kImagePlaceholder markers `text` holds.
+size_t count_image_placeholders(const std::string& text);
+
+// `text` with its k-th kImagePlaceholder replaced by expansions[k]. Error{Unsupported} naming
+// `what` (e.g. the chat template) when the numbers of markers and expansions differ.
+std::string expand_image_placeholders(const std::string& text, const std::vector<std::string>& expansions,
+                                      const std::string& what);
+
 // `text` with kImagePlaceholder markers and the images that fill them, in order, as content
 // parts; when the text has no placeholder the images go first. Error{Input} when the text has
 // placeholders but their number differs from the number of images.
 std::vector<ContentPart> content_from_prompt(const std::string& text,
                                              const std::vector<std::string>& images);
+
+// Reads a conversation file: Hugging Face messages, as {"messages": [...]} (what `trimkv chat`'s
+// /save writes) or a bare list; each {"role", "content"} with content a string or a list of
+// {"type": "text", "text"} / {"type": "image", "path" (or "image")} parts, image paths relative
+// to the file. Error{Io} / Error{Format} naming the file and the message.
+std::vector<Message> read_messages_file(const std::string& path);
 
 // An image of the conversation as the model saw it: enough to draw every one of its KV entries
 // back onto the picture. A visual token with (tile t, patch row r, patch col c) covers, in the

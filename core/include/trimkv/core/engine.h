@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/chat_template.h"
 #include "trimkv/core/eviction_settings.h"
 #include "trimkv/core/generation_types.h"
 
@@ -45,6 +46,8 @@ struct EngineOptions {
   // "" = the model folder's own retention_gates.safetensors / trimkv_weights.pth when present;
   // "none" = no gates. A file that does not fit the model is refused (Error{Config}).
   std::string gates;
+  // Chat-template variables (e.g. {"enable_thinking", "false"}) for conversations.
+  std::vector<TemplateVar> template_vars;
 };
 
 class Engine {

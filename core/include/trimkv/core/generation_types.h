@@ -16,6 +16,9 @@ struct GenerationParams {
   SamplingParams sampling;
   std::vector<std::string> stop_strings;  // generation stops when the text contains one
   bool stop_at_eos = true;
+  // Tokens that stop generation as EOS does (with stop_at_eos), besides the model's EOS ids: a
+  // chat session adds its template's end-of-turn token.
+  std::vector<int32_t> stop_token_ids;
 };
 
 struct GenerationResult {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/chat_template.h"
 #include "trimkv/core/conversation_types.h"
 #include "trimkv/core/eviction_settings.h"
 #include "trimkv/core/evictor.h"
@@ -44,19 +45,21 @@ struct StreamSegment {
 using ImageTokenReducer = std::function<VisionZipResult(
     const at::Tensor& attention, const at::Tensor& keys, const at::Tensor& embeddings)>;
 
-// The chat format and media encoder of one model family (implemented in vision/).
+// The chat format and media encoder of one model family (implemented in vision/; text models use
+// core's TextTurnEncoder). Each piece of a conversation is rendered by the checkpoint's chat
+// template (ChatFormat): `history` is the conversation so far (the Session's transcript).
 class TurnEncoder {
  public:
   virtual ~TurnEncoder() = default;
-  // A user message in the family's chat template: the conversation opening when `first`, the
-  // message, then the assistant generation prompt. Its images are decoded and encoded now; the
-  // k-th gets image id first_image_id + k and its record is appended to `images`. Errors name the
-  // input and leave nothing changed; `cancel` is polled between images and tiles
-  // (Error{Cancelled}). With `reduce` set, each tower pass's image tokens are replaced by the
-  // tokens it keeps (the image-token runs of the prompt shrink to match) and every pass that
-  // changed is listed in the segment's token_merges; a family without the tower statistics
+  // A user message after `history`, in the chat template, through the assistant generation
+  // prompt (the conversation's opening too when history is empty). Its images are decoded and
+  // encoded now; the k-th gets image id first_image_id + k and its record is appended to
+  // `images`. Errors name the input and leave nothing changed; `cancel` is polled between images
+  // and tiles (Error{Cancelled}). With `reduce` set, each tower pass's image tokens are replaced
+  // by the tokens it keeps (the image-token runs of the prompt shrink to match) and every pass
+  // that changed is listed in the segment's token_merges; a family without the tower statistics
   // ignores it.
-  virtual StreamSegment user_turn(const std::vector<ContentPart>& content, bool first,
+  virtual StreamSegment user_turn(const std::vector<Message>& history, const std::vector<ContentPart>& content,
                                   int first_image_id, std::vector<ImageRecord>& images,
                                   const std::atomic<bool>* cancel,
                                   const ImageTokenReducer& reduce = {}) const = 0;
@@ -66,13 +69,19 @@ class TurnEncoder {
                                    const std::atomic<bool>* cancel,
                                    const ImageTokenReducer& reduce = {}) const = 0;
   // The conversation opening with a system message `text` (ids, all text positions); the user
-  // turn after it is then not `first`. The family's chat template renders it.
+  // turn after it has the system message in its history.
   virtual std::vector<int32_t> system_turn(const std::string& text) const = 0;
-  // An assistant answer given as text, after the generation prompt, closed.
-  virtual std::vector<int32_t> assistant_turn(const std::string& text) const = 0;
+  // An assistant answer given as text after `history` (which ends with the user message it
+  // answers), from the end of the generation prompt through its closing.
+  virtual std::vector<int32_t> assistant_turn(const std::vector<Message>& history, const std::string& text) const = 0;
   // What closes an assistant answer whose tokens are already in the stream (its end-of-turn
-  // token, if generated, is dropped first).
-  virtual std::vector<int32_t> close_assistant_turn() const = 0;
+  // token, if generated, is dropped first); `history` ends with the user message it answers.
+  virtual std::vector<int32_t> close_assistant_turn(const std::vector<Message>& history) const = 0;
+  // Tokens that end an assistant answer besides the model's EOS ids (the template's
+  // end-of-turn token, e.g. <|im_end|>): generation of a chat answer stops at them.
+  virtual std::vector<int32_t> end_of_turn_ids() const = 0;
+  // The same encoder with other chat-template variables (e.g. enable_thinking=false).
+  virtual std::shared_ptr<const TurnEncoder> with_template_variables(const std::vector<TemplateVar>& vars) const = 0;
 };
 
 struct SessionOptions {
@@ -116,6 +125,10 @@ class Session {
                                       const std::atomic<bool>* cancel = nullptr);
   // Forgets everything (the cache keeps its capacity).
   void reset();
+  // Renders the next conversations with `encoder` (e.g. other template variables): the
+  // conversation is reset first.
+  void set_encoder(std::shared_ptr<const TurnEncoder> encoder);
+  const TurnEncoder& encoder() const { return *m_encoder; }
   // Puts the cache under an eviction policy (TextRunner::set_eviction), for every later turn and
   // after reset. Both must outlive the session; nullptrs detach. A rollback replays the kept
   // segments through the evictor again.

@@ -39,7 +39,7 @@ struct TokenizerConfig {
   // (what the `tokenizers` library does); a caller that needs the transformers-side override
   // of LlamaTokenizerFast can prepend bos_id itself.
   std::optional<bool> add_bos_token, add_eos_token;
-  std::string chat_template;  // the default template ("" when absent)
+  // The chat template is not the tokenizer's: see chat_template.h (ChatTemplate::from_folder).
 };
 
 class Tokenizer {

@@ -45,17 +45,27 @@ class ChatEngine {
  public:
   // Whether `dir` is a checkpoint of a known vision-language family (reads config.json only).
   static bool is_vlm_checkpoint(const std::string& dir);
-  // Loads a VLM checkpoint folder. Errors name the folder, file, field or tensor.
+  // Loads a checkpoint folder: a vision-language one, or a text model (then messages are text
+  // only: an image is refused naming it). Conversations render through the checkpoint's own chat
+  // template with options.template_vars. Errors name the folder, file, field or tensor.
   static std::unique_ptr<ChatEngine> load(const std::string& dir, const EngineOptions& options = {});
   ~ChatEngine();
 
   ModelInfo info() const;          // the text decoder, as Engine::info()
-  VisionInfo vision_info() const;  // the vision side
+  VisionInfo vision_info() const;  // the vision side (takes_images() false for a text model)
+  bool takes_images() const { return vision_info().takes_images(); }
+  bool has_chat_template() const;
+  std::string chat_template_origin() const;  // the file it came from ("" when none)
+
+  // Chat-template variables (e.g. enable_thinking=false) of every later conversation: the
+  // conversation is reset (the template renders the whole conversation with them).
+  void set_template_variables(const std::vector<TemplateVar>& vars);
+  std::vector<TemplateVar> template_variables() const;
 
   // One-shot generation on a fresh conversation: `prompt` with <image> placeholders filled by
   // `images` in order (none: the images go first). chat_template = false: the prompt is used as
-  // is (as the Hugging Face processor does); true: it becomes one user turn of the chat template
-  // (without the conversation's system prompt: a one-shot prompt carries all it needs).
+  // is (as the Hugging Face processor does); true: it becomes one user turn of the chat template,
+  // after the system message set by set_system_prompt() when there is one.
   GenerationResult generate(const std::string& prompt, const std::vector<std::string>& images,
                             const GenerationParams& params, bool chat_template = false,
                             const TextCallback& on_text = {}, const std::atomic<bool>* cancel = nullptr);
@@ -91,6 +101,8 @@ class ChatEngine {
   void add_user_turn(const std::string& text, const std::vector<std::string>& images,
                      const std::atomic<bool>* cancel = nullptr);
   void add_user_turn(const std::vector<ContentPart>& content, const std::atomic<bool>* cancel = nullptr);
+  // The logits [vocab_size] the pending answer starts from (empty when none is pending).
+  std::vector<float> pending_logits() const;
   // Generates and appends the assistant's answer, streaming its text.
   GenerationResult respond(const GenerationParams& params, const TextCallback& on_text = {},
                            const std::atomic<bool>* cancel = nullptr);

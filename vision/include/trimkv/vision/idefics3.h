@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/chat_template.h"
 #include "trimkv/core/kv_types.h"
 #include "trimkv/vision/image.h"
 #include "trimkv/vision/resample.h"
@@ -55,16 +56,14 @@ Idefics3Tiles idefics3_preprocess(const RgbImage& image, const Idefics3Processor
 // The text an <image> placeholder expands to (Idefics3Processor.replace_image_token).
 std::string idefics3_image_prompt(int rows, int cols, int image_seq_len);
 
-// The SmolVLM chat template around a user message and an answer, as the encoder lays them out:
-// open ("<|im_start|>" when first, then "User:" or "User: " unless the content starts with an
-// image) + content + close ("<end_of_utterance>\nAssistant:"), then the answer text
-// (" " + answer + "<end_of_utterance>\n").
-// A system message opens the conversation: "<|im_start|>System: " + text + "<end_of_utterance>\n"
-// (the user turn after it is not first).
-std::string idefics3_user_turn_open(bool first, bool image_first);
-std::string idefics3_system_turn(const std::string& text);
-std::string idefics3_user_turn_close();
-std::string idefics3_answer_text(const std::string& answer);
+// The SmolVLM-Instruct chat template (the family's reference template, which the demo model
+// ships): "<|im_start|>" once, then per message "Role:" (": " unless the content starts with an
+// image) + contents ("<image>" per image) + "<end_of_utterance>\n"; generation prompt
+// "Assistant:". Checkpoints are rendered with their own template; this one lays out data the
+// project makes itself (the demo model's training conversations, its tokenizer's text).
+extern const char* const kSmolVlmChatTemplate;
+// kSmolVlmChatTemplate as a ChatFormat (content as parts), parsed once.
+const ChatFormat& smolvlm_chat_format();
 
 // The marker around each image's tokens, and the one before a global (whole-image) tile.
 inline constexpr const char* kIdefics3FakeImageToken = "<fake_token_around_image>";

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/chat_template.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/text_model.h"
 #include "trimkv/vision/vlm_info.h"
@@ -22,7 +23,8 @@ struct VlmFamily {
   const char* name;                      // e.g. "idefics3"
   std::vector<std::string> model_types;  // config.json model_type values it serves
   const char* description;               // one line for `trimkv info`
-  std::shared_ptr<VlmModel> (*load)(const std::string& dir);
+  // Loads the folder; `template_vars` go to its chat template (e.g. enable_thinking=false).
+  std::shared_ptr<VlmModel> (*load)(const std::string& dir, const std::vector<TemplateVar>& template_vars);
 };
 
 // The model_type of <dir>/config.json ("" when the folder or field is missing).
@@ -31,7 +33,7 @@ std::string checkpoint_model_type(const std::string& dir);
 bool is_vlm_checkpoint(const std::string& dir);
 // Loads a VLM checkpoint. Error{Unsupported} naming the model_type and every VLM type known when
 // the folder is not one; other errors name the file, field or tensor.
-std::shared_ptr<VlmModel> load_vlm(const std::string& dir);
+std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<TemplateVar>& template_vars = {});
 std::vector<std::string> supported_vlm_model_types();
 
 const VlmFamily& idefics3_family();  // idefics3.cpp

@@ -6,7 +6,7 @@
 namespace trimkv::vision {
 
 struct VisionInfo {
-  std::string family;        // VLM family file, e.g. "idefics3"
+  std::string family;        // VLM family file, e.g. "idefics3"; "" for a text model (no images)
   std::string model_type;    // config.json model_type (idefics3, smolvlm)
   std::string description;
   int64_t vision_parameters = 0;  // tower + connector
@@ -18,6 +18,8 @@ struct VisionInfo {
   int longest_edge = 0, tile_size = 0;
   bool image_splitting = false;
   std::string resample;
+
+  bool takes_images() const { return !family.empty(); }
 };
 
 }  // namespace trimkv::vision
