@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     window.offerAutosaveRestore();  // the last conversation, if there is one
     if (!samples.isValid() || !window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
     try {
-      const SampleTurn turn = makeSampleTurn(samples.path());
+      const SampleTurn turn = makeSampleTurn(samples.path(), window.model().vision.takes_images());
       window.input()->setPlainText(turn.text);
       window.addAttachments(turn.images);
     } catch (const std::exception&) {

@@ -1036,6 +1036,11 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
   m_attach->setToolTip(images ? tr("Attach images to the next message (or drop them onto the input)")
                               : tr("This is a text model: it takes no images"));
   m_lowerTabs->setTabVisible(m_lowerTabs->indexOf(m_overlay), images);
+  m_input->setPlaceholderText(images ? tr("Type a message… (Ctrl+Return sends; drop or paste images here)")
+                                     : tr("Type a message… (Ctrl+Return sends)"));
+  m_conversation->setPlaceholderText(images ? tr("Ask about an image: attach one (Attach image…, drag and drop or "
+                                                 "paste) and type a question.")
+                                            : tr("Type a message below: this is a text model (no images)."));
   m_statusPhase->setText(tr("ready"));
   m_compare->setPolicies(model.policies);
   m_evaluate->setPolicies(model.policies, QString::fromStdString(m_eviction.policy));
@@ -1439,7 +1444,7 @@ void MainWindow::sendSampleTurn() {
   if (!m_hasModel || m_answering) return;
   if (!m_sampleDir) m_sampleDir = std::make_unique<QTemporaryDir>();
   try {
-    const SampleTurn sample = makeSampleTurn(m_sampleDir->path());
+    const SampleTurn sample = makeSampleTurn(m_sampleDir->path(), m_model.vision.takes_images());
     sendTurn(sample.text, sample.images);
   } catch (const std::exception& e) {
     showError(tr("Cannot make the sample turn"), QString::fromStdString(e.what()));

@@ -8,7 +8,10 @@
 
 namespace world = trimkv::vision::world;
 
-SampleTurn makeSampleTurn(const QString& dir) {
+SampleTurn makeSampleTurn(const QString& dir, bool withImages) {
+  if (!withImages)
+    return {QStringLiteral("In two sentences: what does a language model keep in its KV cache, and why does it grow?"),
+            {}};
   world::WorldOptions options;  // the demo model's world: 96 px scenes
   options.max_images = 1;
   options.max_turns = 1;

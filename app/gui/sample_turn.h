@@ -11,5 +11,5 @@ struct SampleTurn {
 };
 
 // Renders the sample into `dir` (which must exist). Throws trimkv::Error{Io} naming the file when
-// the PNG cannot be written.
-SampleTurn makeSampleTurn(const QString& dir);
+// the PNG cannot be written. withImages = false (a text model): a question without an image.
+SampleTurn makeSampleTurn(const QString& dir, bool withImages = true);

@@ -33,7 +33,7 @@ void ScreenshotRun::start(const QString& modelDir) {
 void ScreenshotRun::runSample() {
   if (!m_samples.isValid()) return fail(1, tr("cannot create a temporary folder for the sample image"));
   try {
-    const SampleTurn turn = makeSampleTurn(m_samples.path());
+    const SampleTurn turn = makeSampleTurn(m_samples.path(), m_window->model().vision.takes_images());
     m_window->sendTurn(turn.text, turn.images);
   } catch (const std::exception& e) {
     fail(1, QString::fromStdString(e.what()));

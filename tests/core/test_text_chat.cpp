@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -140,4 +141,59 @@ TEST_CASE("a template that raises leaves the conversation as it was", "[chat]") 
   REQUIRE(s.transcript().size() == 2);
   s.add_user_turn({ContentPart::text_part("good")});
   REQUIRE(s.awaiting_answer());
+}
+
+TEST_CASE("bad chat templates give clear errors naming the file and line, in bounded time", "[chat][bad-input]") {
+  test::ScratchDir dir("bad-templates");
+  test::copy_model("qwen2", dir.path() + "/m");
+  const std::string file = dir.path() + "/m/chat_template.jinja";
+  const std::string tail =
+      "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+      "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+  struct Bad {
+    const char* what;
+    std::string source;
+    bool at_load;       // refused when the model's template is parsed, else when a turn renders
+    const char* says;   // part of the message
+  };
+  const std::vector<Bad> bad = {
+      {"syntax error", "line 1\n{% for m in messages %}{{ m.content }\n", true, ":2:"},
+      {"unclosed block", "{% if messages %}\nno end\n", true, ":1:"},
+      {"unknown filter", "\n\n{{ messages | frobnicate }}", true, "frobnicate"},
+      {"unknown tag", "{% include 'other.jinja' %}", true, "include"},
+      {"raise", "{{ raise_exception('Conversation roles must alternate') }}" + tail, false, "must alternate"},
+      {"infinite macro recursion", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}" + tail, false, ":1:"},
+      {"a loop over a huge range", "{% for i in range(1000000000000) %}x{% endfor %}" + tail, false, ":1:"},
+      {"undefined attribute", "{{ settings.mode }}" + tail, false, "settings"},
+  };
+  for (const Bad& b : bad) {
+    CAPTURE(b.what);
+    test::write_text(file, b.source);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (b.at_load) {
+      const TextModel model = load_text_model(dir.path() + "/m");
+      REQUIRE_THROWS_WITH(make_text_turn_encoder(model, {}), Catch::Contains(file) && Catch::Contains(b.says));
+    } else {
+      const TextModel model = load_text_model(dir.path() + "/m");
+      Session s(model, make_text_turn_encoder(model, {}));
+      REQUIRE_THROWS_WITH(s.add_user_turn({ContentPart::text_part("Hi")}),
+                          Catch::Contains(file + ":") && Catch::Contains(b.says));
+      REQUIRE_FALSE(s.awaiting_answer());  // the session is as before, and raw prompts still work
+      REQUIRE(s.transcript().empty());
+      s.add_raw_prompt({ContentPart::text_part("Hi")});
+      REQUIRE(s.awaiting_answer());
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    REQUIRE(seconds < 30);
+  }
+  // A 10 MB template (a long comment before the real one) loads and renders.
+  test::write_text(file, "{#" + std::string(10u << 20, 'x') + "#}" + tail);
+  const TextModel model = load_text_model(dir.path() + "/m");
+  Session s(model, make_text_turn_encoder(model, {}));
+  s.add_user_turn({ContentPart::text_part("Hi")});
+  REQUIRE(model.tokenizer->decode(s.ids()) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  // More than the interpreter takes (16 MB) is refused by name.
+  test::write_text(file, std::string(17u << 20, 'x'));
+  const TextModel big = load_text_model(dir.path() + "/m");
+  REQUIRE_THROWS_WITH(make_text_turn_encoder(big, {}), Catch::Contains(file));
 }

@@ -2,7 +2,8 @@
 smollm2_checkpoint.py), side by side on the same inputs:
 
 1. tokenizer ids of large real texts found on this machine (licence texts, Python and
-   transformers source, the CPython test suite's Chinese / Japanese / Korean sample texts);
+   transformers source, the CPython test suite's Chinese / Japanese / Korean sample texts and
+   non-Latin lines, translated manual pages in six languages);
 2. chat prompts rendered by the checkpoint's own template: ids of 20 conversations (system
    messages, single and multi-turn, three of about 2,000 tokens) equal to apply_chat_template's;
 3. the logits the answer starts from (max |difference|, float32, target 1e-4);
@@ -44,9 +45,28 @@ def real_texts():
     tsrc = Path(transformers.__file__).parent / "models" / "llama" / "modeling_llama.py"
     out.append(("transformers source (code, docstrings)", tsrc.read_text()))
     cjk = sorted(glob.glob(str(stdlib / "test" / "cjkencodings" / "*-utf8.txt")))
-    picks = [p for p in cjk if any(k in p for k in ("gb18030", "big5-", "euc_jp", "shift_jis-", "euc_kr", "johab"))]
     out.append(("CPython cjkencodings (Chinese, Japanese, Korean)",
-                "\n".join(Path(p).read_text(encoding="utf-8", errors="replace") for p in picks)))
+                "\n".join(Path(p).read_text(encoding="utf-8", errors="replace") for p in cjk)))
+    # Other scripts: the CPython test suite's UTF-8 samples (Greek, Cyrillic, Arabic, Hebrew,
+    # Devanagari ... in test_unicodedata / test_str / test_codecs string literals).
+    mixed = []
+    for name in ("test_unicodedata.py", "test_str.py", "test_codecs.py", "test_re.py"):
+        p = stdlib / "test" / name
+        if p.exists():
+            mixed.extend(l for l in p.read_text(encoding="utf-8", errors="replace").splitlines()
+                         if any(ord(ch) > 0x370 for ch in l))
+    out.append(("CPython test-suite lines in non-Latin scripts", "\n".join(mixed)))
+    # Translated manual pages (roff source): German, French, Spanish, Russian, Japanese, Korean.
+    import gzip
+    for lang in ("de", "fr", "es", "ru", "ja", "ko"):
+        pages = sorted(glob.glob(f"/usr/share/man/{lang}/man1/*.gz"))
+        text = ""
+        for page in pages:
+            if len(text) > 12000:
+                break
+            text += gzip.open(page, "rt", encoding="utf-8", errors="replace").read()
+        if text:
+            out.append((f"man pages ({lang})", text[:12000]))
     return out
 
 
@@ -85,7 +105,7 @@ def conversations(long_text):
     for k, q in enumerate(["Summarise the text above in three sentences.",
                            "What is the main purpose of the text above?",
                            "List four terms the text above uses."]):
-        chunk = long_text[k * 7000:(k + 1) * 7000]
+        chunk = long_text[k * 9500:(k + 1) * 9500]  # about 2,000 tokens
         convs.append([sys_msg, {"role": "user", "content": chunk + "\n\n" + q}])
     return convs
 
