@@ -174,8 +174,8 @@ WorldFiles write_world(const std::string& out_dir, Split split, uint64_t seed, i
 
 // --- text for tokenizer training ---------------------------------------------------------------
 
-// The SmolVLM / Idefics3 chat-template rendering of question/answer turns, as the model sees it
-// (the idefics3_user_turn_open / _close / idefics3_answer_text pieces): "<|im_start|>" once, then per turn
+// The SmolVLM chat template (kSmolVlmChatTemplate, which the demo model ships) rendered on
+// question/answer turns, as the model sees them: "<|im_start|>" once, then per turn
 // "User:" (": " unless the text starts with "<image>") + text + "<end_of_utterance>\n" +
 // "Assistant: " + answer + "<end_of_utterance>\n".
 std::string chat_text(const std::vector<std::pair<std::string, std::string>>& turns);
