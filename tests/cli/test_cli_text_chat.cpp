@@ -93,6 +93,14 @@ TEST_CASE("trimkv chat with a text model: system message, streaming, /image refu
   CHECK(answers == 3);
 }
 
+TEST_CASE("trimkv info names the chat template a checkpoint uses", "[cli][chat]") {
+  CliRun r = run({"info", "--model", model("qwen2"), "--json"});
+  REQUIRE(r.code == 0);
+  CHECK_THAT(nlohmann::json::parse(r.out)["chat_template"].get<std::string>(), Catch::EndsWith("chat_template.jinja"));
+  r = run({"info", "--model", model("qwen2")});
+  CHECK_THAT(r.out, Catch::Contains("chat template  ") && Catch::Contains("chat_template.jinja"));
+}
+
 TEST_CASE("trimkv chat refuses a folder without a chat template, naming it", "[cli][chat]") {
   trimkv::test::ScratchDir dir("no-template-cli");
   trimkv::test::copy_model("llama_tied", dir.path() + "/m");
