@@ -18,22 +18,22 @@ namespace trimkv::jinja {
 // ---- expressions ------------------------------------------------------------------------------
 
 enum class ExprKind : uint8_t {
-  Literal,   // a constant
-  Name,      // a variable
-  List,      // [a, b] or a tuple (a, b)
-  Dict,      // {k: v}
-  Attr,      // x.name
-  Item,      // x[key]
-  Slice,     // x[a:b:c]
-  Call,      // f(args, k=v)
-  Filter,    // x | f(args)
-  Test,      // x is t(args), x is not t
-  Unary,     // -x, +x, not x
-  Binary,    // + - * / // % **
-  Logical,   // and, or (return an operand, like Python)
-  Compare,   // a < b <= c, in, not in
-  Concat,    // a ~ b ~ c
-  Cond,      // a if c else b
+  Literal,  // a constant
+  Name,     // a variable
+  List,     // [a, b] or a tuple (a, b)
+  Dict,     // {k: v}
+  Attr,     // x.name
+  Item,     // x[key]
+  Slice,    // x[a:b:c]
+  Call,     // f(args, k=v)
+  Filter,   // x | f(args)
+  Test,     // x is t(args), x is not t
+  Unary,    // -x, +x, not x
+  Binary,   // + - * / // % **
+  Logical,  // and, or (return an operand, like Python)
+  Compare,  // a < b <= c, in, not in
+  Concat,   // a ~ b ~ c
+  Cond,     // a if c else b
 };
 
 struct Expr {
@@ -45,6 +45,14 @@ struct Expr {
 };
 using ExprPtr = std::unique_ptr<Expr>;
 using Kwargs = std::vector<std::pair<std::string, ExprPtr>>;
+
+// The arguments of a call, filter or test: f(a, b, k=v, *star, **star_star).
+struct ArgList {
+  std::vector<ExprPtr> args;
+  Kwargs kwargs;
+  ExprPtr star;       // `*expr`: its items are appended to the positional arguments
+  ExprPtr star_star;  // `**expr`: a dict whose items are appended to the keyword arguments
+};
 
 struct LiteralExpr : Expr {
   LiteralExpr(uint32_t p, Value v) : Expr(ExprKind::Literal, p), value(std::move(v)) {}
@@ -88,17 +96,15 @@ struct SliceExpr : Expr {
 struct CallExpr : Expr {
   explicit CallExpr(uint32_t p) : Expr(ExprKind::Call, p) {}
   ExprPtr callee;
-  std::vector<ExprPtr> args;
-  Kwargs kwargs;
+  ArgList args;
 };
 
 // One `| name(args)` application; also the filters of `{% filter %}` and `{% set x | f %}`.
 struct FilterCall {
   uint32_t pos = 0;  // the filter's name
   std::string name;
-  FilterFn fn = nullptr;
-  std::vector<ExprPtr> args;
-  Kwargs kwargs;
+  FilterFn fn = nullptr;  // null: unknown, an error when applied (see parse_template)
+  ArgList args;
 };
 
 struct FilterExpr : Expr {
@@ -111,9 +117,8 @@ struct TestExpr : Expr {
   explicit TestExpr(uint32_t p) : Expr(ExprKind::Test, p) {}
   ExprPtr operand;
   std::string name;
-  TestFn fn = nullptr;
-  std::vector<ExprPtr> args;
-  Kwargs kwargs;
+  TestFn fn = nullptr;  // null: unknown, an error when evaluated (see parse_template)
+  ArgList args;
   bool negated = false;
 };
 
@@ -161,7 +166,19 @@ struct CondExpr : Expr {
 // ---- statements -------------------------------------------------------------------------------
 
 enum class StmtKind : uint8_t {
-  Text, Output, If, For, Set, SetBlock, Macro, CallBlock, FilterBlock, With, Generation, Break, Continue,
+  Text,
+  Output,
+  If,
+  For,
+  Set,
+  SetBlock,
+  Macro,
+  CallBlock,
+  FilterBlock,
+  With,
+  Generation,
+  Break,
+  Continue,
 };
 
 struct Stmt {
@@ -275,7 +292,8 @@ struct Node {
   Body body;
 };
 
-// Parses normalised source (see normalize_source). Error{Format} on a syntax error.
+// Parses normalised source (see normalize_source). Error{Format} on a syntax error, and on an
+// unknown filter or test outside `if` statements and conditional expressions (as jinja2).
 std::unique_ptr<Node> parse_template(std::string_view name, std::string_view source, const Options& options);
 
 }  // namespace trimkv::jinja

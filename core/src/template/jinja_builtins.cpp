@@ -2,7 +2,7 @@
 // (jinja2/filters.py, jinja2/tests.py, jinja2/defaults.py) and transformers' chat-template
 // environment (tojson, raise_exception, strftime_now, dict, namespace).
 //
-// Filters: abs attr capitalize count d default dictsort e escape first float indent int items
+// Filters: abs attr capitalize center count d default dictsort e escape first float indent int items
 //   join last length list lower map max min reject rejectattr replace reverse round safe select
 //   selectattr sort string sum title tojson trim unique upper wordcount.
 // Tests: defined undefined none boolean true false integer float number string mapping sequence
@@ -10,7 +10,7 @@
 //   odd even divisibleby lower upper filter test escaped.
 // Globals: range (at most 100000 items, as jinja2's sandbox), dict, namespace, raise_exception,
 //   strftime_now. Not provided (an "is undefined" error when called): lipsum, cycler, joiner.
-// Anything else (format, batch, slice, groupby, truncate, center, wordwrap, urlize, ...) is an
+// Anything else (format, batch, slice, groupby, truncate, wordwrap, urlize, ...) is an
 // unknown filter: Error{Format} when the template is parsed.
 #include "template/jinja_builtins.h"
 
@@ -82,7 +82,8 @@ struct AttrGetter {
     while (true) {
       const size_t dot = s.find('.', start);
       const std::string part = s.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-      const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+      const bool digits =
+          !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
       if (digits) {
         int64_t n = 0;
         std::from_chars(part.data(), part.data() + part.size(), n);
@@ -164,8 +165,10 @@ bool parse_py_int(std::string_view s, int base, int64_t& out) {
       continue;
     }
     int d = -1;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') d = (c | 0x20) - 'a' + 10;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
+      d = (c | 0x20) - 'a' + 10;
     if (d < 0 || d >= base) return false;
     value = value * base + d;
     if (value > static_cast<__int128>(std::numeric_limits<int64_t>::max()) + 1)
@@ -262,6 +265,13 @@ Value f_capitalize(Interp&, const Value& v, const CallArgs& a) {
   return Value::string(text::capitalize(to_str(v)));
 }
 
+Value f_center(Interp& in, const Value& v, const CallArgs& a) {
+  Params p("filter 'center'", a, {"width"});
+  CallArgs method_args;
+  method_args.args.push_back(p.get_or(0, Value::integer(80)));
+  return call_method(in, Value::string(to_str(v)), "center", method_args);
+}
+
 Value f_default(Interp&, const Value& v, const CallArgs& a) {
   Params p("filter 'default'", a, {"default_value", "boolean"});
   if (v.is_undefined() || (flag(p, 1) && !truthy(v))) return p.get_or(0, Value::string(""));
@@ -327,12 +337,16 @@ Value f_float(Interp&, const Value& v, const CallArgs& a) {
 Value f_indent(Interp& in, const Value& v, const CallArgs& a) {
   Params p("filter 'indent'", a, {"width", "first", "blank"});
   if (v.is_undefined()) throw_undefined(v);
-  if (!v.is_string()) throw OpError(std::string("unsupported operand type(s) for +=: '") + type_name(v) + "' and 'str'");
+  if (!v.is_string())
+    throw OpError(std::string("unsupported operand type(s) for +=: '") + type_name(v) + "' and 'str'");
   std::string indention;
   const Value width = p.get_or(0, Value::integer(4));
-  if (width.is_string()) indention = width.str();
-  else if (width.is_int_like()) indention.assign(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(width.as_int(), 1 << 16))), ' ');
-  else throw OpError(std::string("can't multiply sequence by non-int of type '") + type_name(width) + "'");
+  if (width.is_string())
+    indention = width.str();
+  else if (width.is_int_like())
+    indention.assign(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(width.as_int(), 1 << 16))), ' ');
+  else
+    throw OpError(std::string("can't multiply sequence by non-int of type '") + type_name(width) + "'");
   const std::vector<std::string> lines = text::splitlines(v.str() + "\n", false);
   std::string rv;
   if (flag(p, 2)) {
@@ -418,8 +432,10 @@ Value f_map(Interp& in, const Value& v, const CallArgs& a) {
   const Value* fallback = nullptr;
   if (a.args.empty()) {
     for (const auto& [k, val] : a.kwargs) {
-      if (k == "attribute") attribute = &val;
-      else if (k == "default") fallback = &val;
+      if (k == "attribute")
+        attribute = &val;
+      else if (k == "default")
+        fallback = &val;
     }
   }
   if (attribute) {
@@ -495,9 +511,11 @@ Value f_replace(Interp& in, const Value& v, const CallArgs& a) {
   const std::string old = to_str(required(p, 0, "filter 'replace'", "old"));
   const std::string repl = to_str(required(p, 1, "filter 'replace'", "new"));
   const Value* count = p.get(2);
-  const int64_t n = (count && !count->is_none()) ? (count->is_int_like() ? count->as_int() : throw OpError(
-                                                                             "'count' must be an integer"))
-                                                 : -1;
+  int64_t n = -1;  // Python's "all"
+  if (count && !count->is_none()) {
+    if (!count->is_int_like()) throw OpError("'count' must be an integer, not " + std::string(type_name(*count)));
+    n = count->as_int();
+  }
   return Value::string(str_replace(to_str(v), old, repl, n, in.max_bytes()));
 }
 
@@ -564,8 +582,11 @@ Value f_sort(Interp& in, const Value& v, const CallArgs& a) {
   keyed.reserve(items.size());
   for (size_t i = 0; i < items.size(); ++i) keyed.emplace_back(multi_key(in, getters, items[i]), i);
   // Stable both ways: Python's sorted(reverse=True) keeps equal items in their original order.
+  // jinja2 wraps every key in a list, and list comparison tests == before <, so equal keys
+  // (two undefined attributes, say) never reach a `<` that would raise.
+  auto less = [](const Value& a, const Value& b) { return !equals(a, b) && python_less(a, b); };
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& x, const auto& y) {
-    return reverse ? python_less(y.first, x.first) : python_less(x.first, y.first);
+    return reverse ? less(y.first, x.first) : less(x.first, y.first);
   });
   std::vector<Value> out;
   out.reserve(items.size());
@@ -582,6 +603,7 @@ Value f_sum(Interp& in, const Value& v, const CallArgs& a) {
   Params p("filter 'sum'", a, {"attribute", "start"});
   const AttrGetter getter(p.get(0), false);
   Value acc = p.get_or(1, Value::integer(0));
+  if (acc.is_string()) throw OpError("sum() can't sum strings [use ''.join(seq) instead]");
   for (const auto& item : items_of(in, v)) acc = binary_op(BinOp::Add, acc, getter(in, item), in.max_bytes());
   return acc;
 }
@@ -618,9 +640,12 @@ Value f_tojson(Interp&, const Value& v, const CallArgs& a) {
   if (indent && !indent->is_none()) {
     o.has_indent = true;
     o.item_separator = ",";
-    if (indent->is_string()) o.indent = indent->str();
-    else if (indent->is_int_like()) o.indent.assign(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(indent->as_int(), 1 << 12))), ' ');
-    else throw OpError(std::string("can't multiply sequence by non-int of type '") + type_name(*indent) + "'");
+    if (indent->is_string())
+      o.indent = indent->str();
+    else if (indent->is_int_like())
+      o.indent.assign(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(indent->as_int(), 1 << 12))), ' ');
+    else
+      throw OpError(std::string("can't multiply sequence by non-int of type '") + type_name(*indent) + "'");
   }
   const Value* separators = p.get(2);
   if (separators && !separators->is_none()) {
@@ -688,16 +713,46 @@ Value f_wordcount(Interp&, const Value& v, const CallArgs& a) {
 
 const std::unordered_map<std::string_view, FilterFn>& filter_table() {
   static const std::unordered_map<std::string_view, FilterFn> table = {
-      {"abs", f_abs},           {"attr", f_attr},         {"capitalize", f_capitalize}, {"count", f_length},
-      {"d", f_default},         {"default", f_default},   {"dictsort", f_dictsort},     {"e", f_escape},
-      {"escape", f_escape},     {"first", f_first},       {"float", f_float},           {"indent", f_indent},
-      {"int", f_int},           {"items", f_items},       {"join", f_join},             {"last", f_last},
-      {"length", f_length},     {"list", f_list},         {"lower", f_lower},           {"map", f_map},
-      {"max", f_max},           {"min", f_min},           {"reject", f_reject},         {"rejectattr", f_rejectattr},
-      {"replace", f_replace},   {"reverse", f_reverse},   {"round", f_round},           {"safe", f_safe},
-      {"select", f_select},     {"selectattr", f_selectattr}, {"sort", f_sort},         {"string", f_string},
-      {"sum", f_sum},           {"title", f_title},       {"tojson", f_tojson},         {"trim", f_trim},
-      {"unique", f_unique},     {"upper", f_upper},       {"wordcount", f_wordcount},
+      {"abs", f_abs},
+      {"attr", f_attr},
+      {"capitalize", f_capitalize},
+      {"center", f_center},
+      {"count", f_length},
+      {"d", f_default},
+      {"default", f_default},
+      {"dictsort", f_dictsort},
+      {"e", f_escape},
+      {"escape", f_escape},
+      {"first", f_first},
+      {"float", f_float},
+      {"indent", f_indent},
+      {"int", f_int},
+      {"items", f_items},
+      {"join", f_join},
+      {"last", f_last},
+      {"length", f_length},
+      {"list", f_list},
+      {"lower", f_lower},
+      {"map", f_map},
+      {"max", f_max},
+      {"min", f_min},
+      {"reject", f_reject},
+      {"rejectattr", f_rejectattr},
+      {"replace", f_replace},
+      {"reverse", f_reverse},
+      {"round", f_round},
+      {"safe", f_safe},
+      {"select", f_select},
+      {"selectattr", f_selectattr},
+      {"sort", f_sort},
+      {"string", f_string},
+      {"sum", f_sum},
+      {"title", f_title},
+      {"tojson", f_tojson},
+      {"trim", f_trim},
+      {"unique", f_unique},
+      {"upper", f_upper},
+      {"wordcount", f_wordcount},
   };
   return table;
 }
@@ -715,8 +770,12 @@ bool t_defined(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "
 bool t_undefined(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "undefined"), v.is_undefined(); }
 bool t_none(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "none"), v.is_none(); }
 bool t_boolean(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "boolean"), v.type() == Type::Bool; }
-bool t_true(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "true"), v.type() == Type::Bool && v.as_bool(); }
-bool t_false(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "false"), v.type() == Type::Bool && !v.as_bool(); }
+bool t_true(Interp&, const Value& v, const CallArgs& a) {
+  return no_args(a, "true"), v.type() == Type::Bool && v.as_bool();
+}
+bool t_false(Interp&, const Value& v, const CallArgs& a) {
+  return no_args(a, "false"), v.type() == Type::Bool && !v.as_bool();
+}
 bool t_integer(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "integer"), v.type() == Type::Int; }
 bool t_float(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "float"), v.type() == Type::Float; }
 bool t_number(Interp&, const Value& v, const CallArgs& a) { return no_args(a, "number"), v.is_number(); }
@@ -775,7 +834,8 @@ bool t_even(Interp& in, const Value& v, const CallArgs& a) {
 
 bool t_divisibleby(Interp& in, const Value& v, const CallArgs& a) {
   Params p("test 'divisibleby'", a, {"num"});
-  return equals(binary_op(BinOp::Mod, v, required(p, 0, "test 'divisibleby'", "num"), in.max_bytes()), Value::integer(0));
+  return equals(binary_op(BinOp::Mod, v, required(p, 0, "test 'divisibleby'", "num"), in.max_bytes()),
+                Value::integer(0));
 }
 
 bool cased_test(const Value& v, bool want_lower) {  // str.islower() / str.isupper()
@@ -802,16 +862,45 @@ bool t_test(Interp&, const Value& v, const CallArgs& a) {
 
 const std::unordered_map<std::string_view, TestFn>& test_table() {
   static const std::unordered_map<std::string_view, TestFn> table = {
-      {"defined", t_defined},   {"undefined", t_undefined}, {"none", t_none},         {"boolean", t_boolean},
-      {"true", t_true},         {"false", t_false},         {"integer", t_integer},   {"float", t_float},
-      {"number", t_number},     {"string", t_string},       {"mapping", t_mapping},   {"sequence", t_sequence},
-      {"iterable", t_iterable}, {"callable", t_callable},   {"sameas", t_sameas},     {"escaped", t_escaped},
-      {"equalto", t_eq},        {"eq", t_eq},               {"==", t_eq},             {"ne", t_ne},
-      {"!=", t_ne},             {"lt", t_lt},               {"<", t_lt},              {"lessthan", t_lt},
-      {"le", t_le},             {"<=", t_le},               {"gt", t_gt},             {">", t_gt},
-      {"greaterthan", t_gt},    {"ge", t_ge},               {">=", t_ge},             {"in", t_in},
-      {"odd", t_odd},           {"even", t_even},           {"divisibleby", t_divisibleby},
-      {"lower", t_lower},       {"upper", t_upper},         {"filter", t_filter},     {"test", t_test},
+      {"defined", t_defined},
+      {"undefined", t_undefined},
+      {"none", t_none},
+      {"boolean", t_boolean},
+      {"true", t_true},
+      {"false", t_false},
+      {"integer", t_integer},
+      {"float", t_float},
+      {"number", t_number},
+      {"string", t_string},
+      {"mapping", t_mapping},
+      {"sequence", t_sequence},
+      {"iterable", t_iterable},
+      {"callable", t_callable},
+      {"sameas", t_sameas},
+      {"escaped", t_escaped},
+      {"equalto", t_eq},
+      {"eq", t_eq},
+      {"==", t_eq},
+      {"ne", t_ne},
+      {"!=", t_ne},
+      {"lt", t_lt},
+      {"<", t_lt},
+      {"lessthan", t_lt},
+      {"le", t_le},
+      {"<=", t_le},
+      {"gt", t_gt},
+      {">", t_gt},
+      {"greaterthan", t_gt},
+      {"ge", t_ge},
+      {">=", t_ge},
+      {"in", t_in},
+      {"odd", t_odd},
+      {"even", t_even},
+      {"divisibleby", t_divisibleby},
+      {"lower", t_lower},
+      {"upper", t_upper},
+      {"filter", t_filter},
+      {"test", t_test},
   };
   return table;
 }
@@ -832,7 +921,8 @@ Value g_range(Interp& in, CallArgs& a, uint32_t) {
     throw OpError("range expected 1 to 3 arguments, got " + std::to_string(a.args.size()));
   for (const auto& v : a.args) {
     if (v.is_undefined()) throw_undefined(v);
-    if (!v.is_int_like()) throw OpError(std::string("'") + type_name(v) + "' object cannot be interpreted as an integer");
+    if (!v.is_int_like())
+      throw OpError(std::string("'") + type_name(v) + "' object cannot be interpreted as an integer");
   }
   int64_t start = 0, stop = 0, step = 1;
   if (a.args.size() == 1) {
@@ -847,7 +937,8 @@ Value g_range(Interp& in, CallArgs& a, uint32_t) {
   if (step > 0 && stop > start) n = ((__int128)stop - start - 1) / step + 1;
   if (step < 0 && stop < start) n = ((__int128)start - stop - 1) / -(__int128)step + 1;
   if (n > kMaxRange)
-    throw OpError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (" + std::to_string(kMaxRange) + ").");
+    throw OpError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (" + std::to_string(kMaxRange) +
+                  ").");
   in.charge(static_cast<int64_t>(n));
   std::vector<Value> items;
   items.reserve(static_cast<size_t>(n));
@@ -857,8 +948,8 @@ Value g_range(Interp& in, CallArgs& a, uint32_t) {
 
 // dict(*args, **kwargs) semantics, shared by dict() and namespace().
 std::shared_ptr<DictObj> build_dict(const CallArgs& a, const char* what) {
-  if (a.args.size() > 1) throw OpError(std::string(what) + " expected at most 1 positional argument, got " +
-                                       std::to_string(a.args.size()));
+  if (a.args.size() > 1)
+    throw OpError(std::string(what) + " expected at most 1 positional argument, got " + std::to_string(a.args.size()));
   auto d = std::make_shared<DictObj>();
   if (a.args.size() == 1) {
     const Value& src = a.args[0];
@@ -907,8 +998,10 @@ Value g_strftime_now(Interp& in, CallArgs& a, uint32_t) {
   const int64_t fixed = in.options().now_unix;
   const std::time_t t = fixed >= 0 ? static_cast<std::time_t>(fixed) : std::time(nullptr);
   std::tm tm{};
-  if (fixed >= 0) gmtime_r(&t, &tm);
-  else localtime_r(&t, &tm);
+  if (fixed >= 0)
+    gmtime_r(&t, &tm);
+  else
+    localtime_r(&t, &tm);
   // A naive datetime (transformers' datetime.now()) has no zone: %z and %Z are empty, %f is the
   // microseconds, which this clock does not have.
   std::string fmt;

@@ -33,7 +33,8 @@ Value bind_method(const Value& self, const std::string& name);
 
 // str.replace(old, new, count) with Python's semantics (an empty `old` inserts `repl` between
 // characters); OpError when the result would exceed max_bytes.
-std::string str_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count, size_t max_bytes);
+std::string str_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count,
+                        size_t max_bytes);
 
 // transformers' tojson: json.dumps(x, ensure_ascii, indent, separators, sort_keys).
 struct JsonOptions {

@@ -3,6 +3,11 @@
 #include "template/jinja_text.h"
 #include "trimkv/core/error.h"
 
+// Work done once per node kind lives in out-of-line functions so that the frames of exec()
+// and eval(), which recurse, stay small in every build mode (Limits::max_eval_depth is sized
+// on them); an inlined heavy case would widen every recursive frame.
+#define TRIMKV_JINJA_OUTLINE __attribute__((noinline))
+
 namespace trimkv::jinja {
 
 // ---- VarTable ---------------------------------------------------------------------------------
@@ -24,8 +29,10 @@ const Value* VarTable::find(std::string_view name) const {
 void VarTable::set(const std::string& name, Value value) {
   if (!m_index.empty()) {
     const auto [it, inserted] = m_index.emplace(name, m_vars.size());
-    if (inserted) m_vars.emplace_back(name, std::move(value));
-    else m_vars[it->second].second = std::move(value);
+    if (inserted)
+      m_vars.emplace_back(name, std::move(value));
+    else
+      m_vars[it->second].second = std::move(value);
     return;
   }
   for (auto& [k, v] : m_vars) {
@@ -51,7 +58,9 @@ void VarTable::clear() {
 struct MacroCallable : CallableObj {
   const MacroDef* def = nullptr;
   std::shared_ptr<Scope> closure;
-  Value call(Interp& interp, CallArgs& args, uint32_t pos) const override { return interp.call_macro(*this, args, pos); }
+  Value call(Interp& interp, CallArgs& args, uint32_t pos) const override {
+    return interp.call_macro(*this, args, pos);
+  }
   std::string repr() const override { return "<Macro " + text::repr(name) + ">"; }
 };
 
@@ -65,6 +74,21 @@ struct LoopCycle : CallableObj {
     return args.args[loop.loop().index0 % args.args.size()];
   }
   std::string repr() const override { return "<bound method LoopContext.cycle>"; }
+};
+
+// loop.changed(*values): true on the first call and whenever the values differ from the last call's.
+struct LoopChanged : CallableObj {
+  Value loop;
+  Value call(Interp&, CallArgs& args, uint32_t) const override {
+    if (!args.kwargs.empty()) throw OpError("changed() got an unexpected keyword argument");
+    LoopObj& state = loop.loop();
+    Value values = Value::list(args.args, SeqKind::Tuple);
+    if (state.has_changed_value && equals(state.changed_value, values)) return Value::boolean(false);
+    state.has_changed_value = true;
+    state.changed_value = std::move(values);
+    return Value::boolean(true);
+  }
+  std::string repr() const override { return "<bound method LoopContext.changed>"; }
 };
 
 std::string missing_attribute(const Value& obj, const std::string& name) {
@@ -103,6 +127,12 @@ Value loop_attribute(const Value& loop_value, const std::string& name) {
     cycle->name = "cycle";
     cycle->loop = loop_value;
     return Value::object(Type::Callable, std::move(cycle));
+  }
+  if (name == "changed") {
+    auto changed = std::make_shared<LoopChanged>();
+    changed->name = "changed";
+    changed->loop = loop_value;
+    return Value::object(Type::Callable, std::move(changed));
   }
   return Value::undefined(missing_attribute(loop_value, name));
 }
@@ -223,11 +253,6 @@ Interp::Flow Interp::exec_body(const Body& body) {
   return Flow::Normal;
 }
 
-// The per-kind bodies live in their own functions (kept out of line) so that the frames of
-// exec() and eval(), which recurse, stay small in every build mode: the recursion budget
-// Limits::max_eval_depth is sized on them.
-#define TRIMKV_JINJA_OUTLINE __attribute__((noinline))
-
 Interp::Flow Interp::exec(const Stmt& s) {
   DepthGuard guard(*this, s.pos);
   m_pos = s.pos;
@@ -339,8 +364,7 @@ void Interp::bind(const Target& target, const Value& value, Scope& scope) {
     fail(target.pos, std::string("cannot unpack non-iterable ") + type_name(value) + " object");
   }
   const size_t want = target.items.size();
-  if (items->items.size() > want)
-    fail(target.pos, "too many values to unpack (expected " + std::to_string(want) + ")");
+  if (items->items.size() > want) fail(target.pos, "too many values to unpack (expected " + std::to_string(want) + ")");
   if (items->items.size() < want)
     fail(target.pos, "not enough values to unpack (expected " + std::to_string(want) + ", got " +
                          std::to_string(items->items.size()) + ")");
@@ -360,7 +384,9 @@ void Interp::exec_set(const Target& target, const std::string& ns_attr, Value va
   ns.ns().attrs.set(Value::string(ns_attr), std::move(value));
 }
 
-Interp::Flow Interp::exec_for(const ForStmt& s) {
+// The items a for loop visits: `for x in xs if cond` filters first, so loop.index and
+// loop.length count the kept items only.
+TRIMKV_JINJA_OUTLINE std::shared_ptr<const ListObj> Interp::loop_items(const ForStmt& s) {
   const Value iterable = eval(*s.iter);
   std::shared_ptr<const ListObj> items;
   try {
@@ -368,17 +394,20 @@ Interp::Flow Interp::exec_for(const ForStmt& s) {
   } catch (const OpError& e) {
     fail(s.iter->pos, e.what());
   }
-  if (s.filter) {  // `for x in xs if cond`: loop.index and loop.length count the kept items only
-    auto kept = std::make_shared<ListObj>();
-    for (const auto& item : items->items) {
-      charge(1);
-      auto scope = child_scope();
-      bind(s.target, item, *scope);
-      ScopeSwap swap(*this, std::move(scope));
-      if (truthy(eval(*s.filter))) kept->items.push_back(item);
-    }
-    items = std::move(kept);
+  if (!s.filter) return items;
+  auto kept = std::make_shared<ListObj>();
+  for (const auto& item : items->items) {
+    charge(1);
+    auto scope = child_scope();
+    bind(s.target, item, *scope);
+    ScopeSwap swap(*this, std::move(scope));
+    if (truthy(eval(*s.filter))) kept->items.push_back(item);
   }
+  return kept;
+}
+
+TRIMKV_JINJA_OUTLINE Interp::Flow Interp::exec_for(const ForStmt& s) {
+  const std::shared_ptr<const ListObj> items = loop_items(s);
   auto loop = std::make_shared<LoopObj>();
   loop->items = items;
   const Value loop_value = Value::object(Type::Loop, loop);
@@ -394,28 +423,36 @@ Interp::Flow Interp::exec_for(const ForStmt& s) {
     ScopeSwap swap(*this, std::move(scope));
     if (exec_body(s.body) == Flow::Break) break;
   }
-  if (items->items.empty() && !s.else_body.empty()) {
-    Flow flow = Flow::Normal;
-    emit(capture(s.else_body, child_scope(), &flow));
-    return flow;
-  }
+  if (items->items.empty() && !s.else_body.empty()) return exec_scoped(s.else_body);
   return Flow::Normal;
+}
+
+TRIMKV_JINJA_OUTLINE Interp::Flow Interp::exec_scoped(const Body& body) {
+  ScopeSwap swap(*this, child_scope());
+  return exec_body(body);
 }
 
 // ---- macros -----------------------------------------------------------------------------------
 
 Value Interp::call_macro(const MacroCallable& macro, CallArgs& args, uint32_t pos) {
-  const MacroDef& def = *macro.def;
-  if (m_call_depth >= m_options.limits.max_call_depth)
-    fail(pos, "macro " + text::repr(def.name) + " recursed too deeply (more than " +
-                  std::to_string(m_options.limits.max_call_depth) + " nested calls)");
+  if (m_call_depth >= m_options.limits.max_call_depth) fail_recursion(macro, pos);
   struct CallDepth {
     int& depth;
     explicit CallDepth(int& d) : depth(d) { ++depth; }
     ~CallDepth() { --depth; }
   } call_depth(m_call_depth);
+  charge(1);
+  return Value::string(capture(macro.def->body, macro_scope(macro, args), nullptr));
+}
 
-  // Argument binding follows jinja2.runtime.Macro.__call__.
+TRIMKV_JINJA_OUTLINE void Interp::fail_recursion(const MacroCallable& macro, uint32_t pos) const {
+  fail(pos, "macro " + text::repr(macro.def->name) + " recursed too deeply (more than " +
+                std::to_string(m_options.limits.max_call_depth) + " nested calls)");
+}
+
+// The scope a macro body runs in, with its parameters bound like jinja2.runtime.Macro.__call__.
+TRIMKV_JINJA_OUTLINE std::shared_ptr<Scope> Interp::macro_scope(const MacroCallable& macro, CallArgs& args) {
+  const MacroDef& def = *macro.def;
   const size_t n_params = def.params.size();
   std::vector<const Value*> bound(n_params, nullptr);
   std::vector<bool> used(args.kwargs.size(), false);
@@ -435,11 +472,11 @@ Value Interp::call_macro(const MacroCallable& macro, CallArgs& args, uint32_t po
     for (const auto& p : def.params)
       if (p.name == "caller") found_caller = true;
   }
-  Value caller = Value::none();
+  Value caller = Value::undefined("No caller defined");  // also when caller=None is passed
   if (def.uses_caller && !found_caller) {
     for (size_t k = 0; k < args.kwargs.size(); ++k) {
       if (!used[k] && args.kwargs[k].first == "caller") {
-        caller = args.kwargs[k].second;
+        if (!args.kwargs[k].second.is_none()) caller = args.kwargs[k].second;
         used[k] = true;
       }
     }
@@ -456,18 +493,21 @@ Value Interp::call_macro(const MacroCallable& macro, CallArgs& args, uint32_t po
     extra_kwargs->set(Value::string(args.kwargs[k].first), args.kwargs[k].second);
   }
   if (!def.uses_varargs && args.args.size() > n_params)
-    throw OpError("macro " + text::repr(def.name) + " takes not more than " + std::to_string(n_params) + " argument(s)");
+    throw OpError("macro " + text::repr(def.name) + " takes not more than " + std::to_string(n_params) +
+                  " argument(s)");
 
-  charge(1);
   auto scope = std::make_shared<Scope>();
   scope->parent = macro.closure;
   {
     ScopeSwap swap(*this, scope);
     for (size_t i = 0; i < n_params; ++i) {
       const MacroParam& p = def.params[i];
-      if (bound[i]) scope->vars.set(p.name, *bound[i]);
-      else if (p.default_value) scope->vars.set(p.name, eval(*p.default_value));  // sees earlier parameters
-      else scope->vars.set(p.name, Value::undefined("parameter " + text::repr(p.name) + " was not provided"));
+      if (bound[i])
+        scope->vars.set(p.name, *bound[i]);
+      else if (p.default_value)
+        scope->vars.set(p.name, eval(*p.default_value));  // sees earlier parameters
+      else
+        scope->vars.set(p.name, Value::undefined("parameter " + text::repr(p.name) + " was not provided"));
     }
     if (def.uses_varargs) {
       std::vector<Value> rest;
@@ -477,17 +517,41 @@ Value Interp::call_macro(const MacroCallable& macro, CallArgs& args, uint32_t po
     if (def.uses_kwargs) scope->vars.set("kwargs", Value::dict(std::move(extra_kwargs)));
     if (def.uses_caller && !found_caller) scope->vars.set("caller", caller);
   }
-  return Value::string(capture(def.body, std::move(scope), nullptr));
+  return scope;
 }
 
 // ---- expressions ------------------------------------------------------------------------------
 
-CallArgs Interp::eval_args(const std::vector<ExprPtr>& args, const Kwargs& kwargs) {
+CallArgs Interp::eval_args(const ArgList& list) {
   CallArgs out;
-  out.args.reserve(args.size());
-  for (const auto& a : args) out.args.push_back(eval(*a));
-  for (const auto& [k, v] : kwargs) out.kwargs.emplace_back(k, eval(*v));
+  out.args.reserve(list.args.size());
+  for (const auto& a : list.args) out.args.push_back(eval(*a));
+  for (const auto& [k, v] : list.kwargs) out.kwargs.emplace_back(k, eval(*v));
+  if (list.star || list.star_star) expand_star_args(list, out);
   return out;
+}
+
+// f(*xs, **kw) as Python: the items of xs after the positional arguments, the string-keyed
+// items of kw after the keywords, each keyword at most once.
+TRIMKV_JINJA_OUTLINE void Interp::expand_star_args(const ArgList& list, CallArgs& out) {
+  if (list.star) {
+    const Value v = eval(*list.star);
+    try {
+      for (const auto& item : iterate(v)->items) out.args.push_back(item);
+    } catch (const OpError& e) {
+      fail(list.star->pos, std::string("argument after * must be an iterable: ") + e.what());
+    }
+  }
+  if (list.star_star) {
+    const Value v = eval(*list.star_star);
+    if (!v.is_dict()) fail(list.star_star->pos, std::string("argument after ** must be a mapping, not ") + type_name(v));
+    for (const auto& [k, val] : v.dict().items) {
+      if (!k.is_string()) fail(list.star_star->pos, "keywords must be strings");
+      for (const auto& existing : out.kwargs)
+        if (existing.first == k.str()) fail(list.star_star->pos, "got multiple values for keyword argument " + text::repr(k.str()));
+      out.kwargs.emplace_back(k.str(), val);
+    }
+  }
 }
 
 Value Interp::call(const Value& callee, CallArgs& args, uint32_t pos) {
@@ -499,33 +563,41 @@ Value Interp::call(const Value& callee, CallArgs& args, uint32_t pos) {
   }
 }
 
+// `obj.name(...)`: a str/list/dict method is called directly, anything else is looked up.
+TRIMKV_JINJA_OUTLINE bool Interp::method_call(const CallExpr& c, Value& result_or_callee) {
+  const auto& attr = static_cast<const AttrExpr&>(*c.callee);
+  const Value obj = eval(*attr.object);
+  if ((obj.is_string() || obj.is_list() || obj.is_dict()) && method_kind(obj, attr.attr) == MethodKind::Safe) {
+    CallArgs args = eval_args(c.args);
+    m_pos = c.pos;
+    charge(1);
+    result_or_callee = call_method(*this, obj, attr.attr, args);
+    return true;
+  }
+  try {
+    result_or_callee = getattr(obj, attr.attr);
+  } catch (const OpError& e) {
+    fail(attr.pos, e.what());
+  }
+  return false;
+}
+
 Value Interp::eval_call(const CallExpr& c, const Value* caller) {
   Value callee;
   if (c.callee->kind == ExprKind::Attr) {
-    const auto& attr = static_cast<const AttrExpr&>(*c.callee);
-    const Value obj = eval(*attr.object);
-    if ((obj.is_string() || obj.is_list() || obj.is_dict()) && method_kind(obj, attr.attr) == MethodKind::Safe) {
-      CallArgs args = eval_args(c.args, c.kwargs);
-      m_pos = c.pos;
-      charge(1);
-      return call_method(*this, obj, attr.attr, args);
-    }
-    try {
-      callee = getattr(obj, attr.attr);
-    } catch (const OpError& e) {
-      fail(attr.pos, e.what());
-    }
+    if (method_call(c, callee)) return callee;
   } else {
     callee = eval(*c.callee);
   }
-  CallArgs args = eval_args(c.args, c.kwargs);
+  CallArgs args = eval_args(c.args);
   if (caller) args.kwargs.emplace_back("caller", *caller);
   m_pos = c.pos;
   return call(callee, args, c.pos);
 }
 
 Value Interp::apply(const FilterCall& f, const Value& value) {
-  CallArgs args = eval_args(f.args, f.kwargs);
+  if (!f.fn) fail(f.pos, "unknown filter '" + f.name + "'");  // one jinja2 only rejects when it runs
+  CallArgs args = eval_args(f.args);
   m_pos = f.pos;
   charge(1);
   try {
@@ -617,8 +689,8 @@ Value Interp::getitem(const Value& obj, const Value& key) {
 Value Interp::slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_undefined()) throw_undefined(obj);
   auto index_like = [](const Value& v) { return v.is_none() || v.is_int_like(); };
-  const bool sliceable = obj.is_string() || (obj.is_list() && (obj.list().kind == SeqKind::List ||
-                                                               obj.list().kind == SeqKind::Tuple));
+  const bool sliceable =
+      obj.is_string() || (obj.is_list() && (obj.list().kind == SeqKind::List || obj.list().kind == SeqKind::Tuple));
   if (!sliceable || !index_like(start) || !index_like(stop) || !index_like(step))
     return Value::undefined(object_type_repr(obj) + " has no element slice(" + repr(start) + ", " + repr(stop) + ", " +
                             repr(step) + ")");
@@ -714,8 +786,9 @@ TRIMKV_JINJA_OUTLINE Value Interp::eval_slice(const SliceExpr& e) {
 }
 
 TRIMKV_JINJA_OUTLINE Value Interp::eval_test(const TestExpr& e) {
+  if (!e.fn) fail(e.pos, "unknown test '" + e.name + "'");  // one jinja2 only rejects when it runs
   const Value v = eval(*e.operand);
-  const CallArgs args = eval_args(e.args, e.kwargs);
+  const CallArgs args = eval_args(e.args);
   m_pos = e.pos;
   charge(1);
   return Value::boolean(e.fn(*this, v, args) != e.negated);

@@ -47,7 +47,7 @@ class Interp {
 
   // ---- services for builtins ----
   [[noreturn]] void fail(uint32_t pos, const std::string& message) const;  // Error{Input}
-  void charge(int64_t steps);  // counts steps against Limits::max_steps
+  void charge(int64_t steps);                                              // counts steps against Limits::max_steps
   Value call(const Value& callee, CallArgs& args, uint32_t pos);
   // jinja2 sandbox lookups: getattr tries the Python attribute (a method) and then, when
   // `item_fallback`, the dict key; getitem tries the key/index and then the attribute.
@@ -63,6 +63,8 @@ class Interp {
   Value call_macro(const MacroCallable& macro, CallArgs& args, uint32_t pos);
 
  private:
+  std::shared_ptr<Scope> macro_scope(const MacroCallable& macro, CallArgs& args);
+  [[noreturn]] void fail_recursion(const MacroCallable& macro, uint32_t pos) const;
   enum class Flow { Normal, Break, Continue };
 
   Flow exec_body(const Body& body);
@@ -70,6 +72,8 @@ class Interp {
   void exec_output(const OutputStmt& s);
   Flow exec_if(const IfStmt& s);
   Flow exec_for(const ForStmt& s);
+  std::shared_ptr<const ListObj> loop_items(const ForStmt& s);
+  Flow exec_scoped(const Body& body);  // runs `body` in a child scope
   Flow exec_set_block(const SetBlockStmt& s);
   void exec_call_block(const CallBlockStmt& s);
   Flow exec_filter_block(const FilterBlockStmt& s);
@@ -87,7 +91,9 @@ class Interp {
   Value eval_concat(const ConcatExpr& e);
   Value eval_cond(const CondExpr& e);
   Value eval_call(const CallExpr& c, const Value* caller);
-  CallArgs eval_args(const std::vector<ExprPtr>& args, const Kwargs& kwargs);
+  bool method_call(const CallExpr& c, Value& result_or_callee);
+  CallArgs eval_args(const ArgList& list);
+  void expand_star_args(const ArgList& list, CallArgs& out);
   Value apply(const FilterCall& f, const Value& value);
   Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);
   Value lookup(const std::string& name) const;

@@ -47,8 +47,10 @@ void append_string(std::string& out, std::string_view s, bool ensure_ascii) {
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
       default:
-        if (b < 0x20 || (ensure_ascii && b == 0x7F)) append_hex4(out, b);
-        else out.push_back(static_cast<char>(b));
+        if (b < 0x20 || (ensure_ascii && b == 0x7F))
+          append_hex4(out, b);
+        else
+          out.push_back(static_cast<char>(b));
     }
   }
   out.push_back('"');
@@ -115,8 +117,7 @@ class Encoder {
             case Type::Bool: out += key.as_bool() ? "\"true\"" : "\"false\""; break;
             case Type::None: out += "\"null\""; break;
             case Type::Int: append_string(out, std::to_string(key.as_int()), false); break;
-            default:
-              throw OpError(std::string("keys must be str, int, float, bool or None, not ") + type_name(key));
+            default: throw OpError(std::string("keys must be str, int, float, bool or None, not ") + type_name(key));
           }
           out += m_o.key_separator;
           encode(out, items[i]->second, level + 1);

@@ -13,7 +13,8 @@ std::string SourceRef::where(uint32_t pos) const { return std::string(name) + ":
 
 std::string SourceRef::line_col(uint32_t pos) const {
   const size_t end = std::min<size_t>(pos, text.size());
-  const size_t line = 1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(end), '\n'));
+  const size_t line =
+      1 + static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<ptrdiff_t>(end), '\n'));
   const size_t nl = end == 0 ? std::string_view::npos : text.rfind('\n', end - 1);
   const size_t line_start = nl == std::string_view::npos ? 0 : nl + 1;
   const size_t column = text::length(text.substr(line_start, end - line_start)) + 1;
@@ -83,16 +84,16 @@ int hex_value(char c) {
 
 Lexer::Lexer(SourceRef src, const Options& options) : m_src(src), m_text(src.text), m_options(options) {}
 
-void Lexer::fail(uint32_t pos, const std::string& message) const {
-  TRIMKV_FAIL(Format, m_src.where(pos), message);
-}
+void Lexer::fail(uint32_t pos, const std::string& message) const { TRIMKV_FAIL(Format, m_src.where(pos), message); }
 
 Token Lexer::next() {
   while (m_pending_next >= m_pending.size()) {
     m_pending.clear();
     m_pending_next = 0;
-    if (m_state == State::Root) lex_root();
-    else lex_tag();
+    if (m_state == State::Root)
+      lex_root();
+    else
+      lex_tag();
   }
   return std::move(m_pending[m_pending_next++]);
 }
@@ -139,7 +140,8 @@ bool Lexer::match_raw_begin(size_t p, size_t& end) const {
 void Lexer::lex_raw(size_t body_begin, size_t raw_pos) {
   for (size_t q = body_begin;; ++q) {
     q = m_text.find("{%", q);
-    if (q == std::string_view::npos) fail(static_cast<uint32_t>(raw_pos), "missing end of raw directive ('{% endraw %}')");
+    if (q == std::string_view::npos)
+      fail(static_cast<uint32_t>(raw_pos), "missing end of raw directive ('{% endraw %}')");
     size_t i = q + 2;
     char sign = 0;
     if (i < m_text.size() && (m_text[i] == '-' || m_text[i] == '+')) sign = m_text[i++];
@@ -260,8 +262,10 @@ void Lexer::lex_tag() {
           if (m_options.trim_blocks && end < m_text.size() && m_text[end] == '\n') ++end;
         }
       } else {
-        if (starts_with(m_text, m_pos, "-}}")) end = skip_space(m_text, m_pos + 3);
-        else if (starts_with(m_text, m_pos, "}}")) end = m_pos + 2;
+        if (starts_with(m_text, m_pos, "-}}"))
+          end = skip_space(m_text, m_pos + 3);
+        else if (starts_with(m_text, m_pos, "}}"))
+          end = m_pos + 2;
       }
       if (end) {
         Token t;
@@ -350,9 +354,12 @@ Token Lexer::lex_number() {
     if (int_end + 1 < m_text.size() && m_text[int_end] == '.' && is_digit(m_text[int_end + 1]))
       frac_end = scan_digits(m_text, int_end + 1);
     const size_t exp_end = scan_exponent(m_text, frac_end);
-    if (exp_end != frac_end) float_end = exp_end;
-    else if (frac_end != int_end) float_end = frac_end;
-    else if (scan_exponent(m_text, int_end) != int_end) float_end = scan_exponent(m_text, int_end);
+    if (exp_end != frac_end)
+      float_end = exp_end;
+    else if (frac_end != int_end)
+      float_end = frac_end;
+    else if (scan_exponent(m_text, int_end) != int_end)
+      float_end = scan_exponent(m_text, int_end);
   }
   if (float_end != start) {
     std::string spelled;
@@ -385,8 +392,10 @@ Token Lexer::lex_number() {
         if (v < 0 || v >= base) break;
         i = j + 1;
       }
-      if (i == start + 2) base = 10;  // "0x" without digits: just the integer 0
-      else digits_begin = start + 2, end = i;
+      if (i == start + 2)
+        base = 10;  // "0x" without digits: just the integer 0
+      else
+        digits_begin = start + 2, end = i;
     }
   }
   if (base == 10) {
@@ -395,8 +404,10 @@ Token Lexer::lex_number() {
       while (end < m_text.size()) {
         size_t j = end;
         if (m_text[j] == '_') ++j;
-        if (j < m_text.size() && m_text[j] == '0') end = j + 1;
-        else break;
+        if (j < m_text.size() && m_text[j] == '0')
+          end = j + 1;
+        else
+          break;
       }
     } else {
       end = int_end;

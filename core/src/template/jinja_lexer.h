@@ -77,8 +77,8 @@ class Lexer {
   const Options& m_options;
   size_t m_pos = 0;
   State m_state = State::Root;
-  uint32_t m_tag_pos = 0;       // where the open tag began (for "not closed" errors)
-  bool m_line_starting = true;  // jinja2's line_starting: the last match ended with "\n"
+  uint32_t m_tag_pos = 0;        // where the open tag began (for "not closed" errors)
+  bool m_line_starting = true;   // jinja2's line_starting: the last match ended with "\n"
   std::vector<char> m_brackets;  // expected closers while inside a tag; end tags only match when empty
   std::vector<Token> m_pending;  // tokens produced ahead (a Text and the tag that follows it)
   size_t m_pending_next = 0;

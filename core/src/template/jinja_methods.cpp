@@ -18,27 +18,28 @@ namespace {
 // this interpreter does not implement fail when called.
 const std::unordered_set<std::string_view>& str_methods() {
   static const std::unordered_set<std::string_view> names = {
-      "capitalize", "casefold",   "center",       "count",     "encode",     "endswith",  "expandtabs",
-      "find",       "format",     "format_map",   "index",     "isalnum",    "isalpha",   "isascii",
-      "isdecimal",  "isdigit",    "isidentifier", "islower",   "isnumeric",  "isprintable", "isspace",
-      "istitle",    "isupper",    "join",         "ljust",     "lower",      "lstrip",    "maketrans",
-      "partition",  "removeprefix", "removesuffix", "replace", "rfind",      "rindex",    "rjust",
-      "rpartition", "rsplit",     "rstrip",       "split",     "splitlines", "startswith", "strip",
-      "swapcase",   "title",      "translate",    "upper",     "zfill"};
+      "capitalize", "casefold",     "center",       "count",   "encode",     "endswith",    "expandtabs",
+      "find",       "format",       "format_map",   "index",   "isalnum",    "isalpha",     "isascii",
+      "isdecimal",  "isdigit",      "isidentifier", "islower", "isnumeric",  "isprintable", "isspace",
+      "istitle",    "isupper",      "join",         "ljust",   "lower",      "lstrip",      "maketrans",
+      "partition",  "removeprefix", "removesuffix", "replace", "rfind",      "rindex",      "rjust",
+      "rpartition", "rsplit",       "rstrip",       "split",   "splitlines", "startswith",  "strip",
+      "swapcase",   "title",        "translate",    "upper",   "zfill"};
   return names;
 }
 
 struct BoundMethod : CallableObj {
   Value self;
   Value call(Interp& interp, CallArgs& args, uint32_t) const override { return call_method(interp, self, name, args); }
-  std::string repr() const override { return std::string("<built-in method ") + name + " of " + type_name(self) + " object>"; }
+  std::string repr() const override {
+    return std::string("<built-in method ") + name + " of " + type_name(self) + " object>";
+  }
 };
 
 // ---- str helpers ------------------------------------------------------------------------------
 
 const std::string& str_arg(const Value& v, const char* method) {
-  if (!v.is_string())
-    throw OpError(std::string(method) + " argument must be str, not " + type_name(v));
+  if (!v.is_string()) throw OpError(std::string(method) + " argument must be str, not " + type_name(v));
   return v.str();
 }
 
@@ -109,7 +110,8 @@ std::vector<Value> split(std::string_view s, const std::string* sep, int64_t max
         }
         const int64_t begin = i;
         while (i < n && !text::is_space(cps[static_cast<size_t>(i)])) ++i;
-        parts.push_back(text::encode(std::u32string_view(cps).substr(static_cast<size_t>(begin), static_cast<size_t>(i - begin))));
+        parts.push_back(
+            text::encode(std::u32string_view(cps).substr(static_cast<size_t>(begin), static_cast<size_t>(i - begin))));
       }
     } else {
       int64_t i = n;
@@ -123,7 +125,8 @@ std::vector<Value> split(std::string_view s, const std::string* sep, int64_t max
         }
         const int64_t end = i;
         while (i > 0 && !text::is_space(cps[static_cast<size_t>(i - 1)])) --i;
-        rev.push_back(text::encode(std::u32string_view(cps).substr(static_cast<size_t>(i), static_cast<size_t>(end - i))));
+        rev.push_back(
+            text::encode(std::u32string_view(cps).substr(static_cast<size_t>(i), static_cast<size_t>(end - i))));
       }
       parts.assign(rev.rbegin(), rev.rend());
     }
@@ -149,8 +152,8 @@ bool affix_match(const std::string& s, const Value& affix, const Params& p, bool
     const std::u32string cps = text::decode(s);
     int64_t start, end;
     if (!sub_range(static_cast<int64_t>(cps.size()), p.get(1), p.get(2), start, end)) return false;
-    const std::string sub = start < end ? text::encode(std::u32string_view(cps).substr(static_cast<size_t>(start),
-                                                                                       static_cast<size_t>(end - start)))
+    const std::string sub = start < end ? text::encode(std::u32string_view(cps).substr(
+                                              static_cast<size_t>(start), static_cast<size_t>(end - start)))
                                         : std::string();
     for (const auto* c : candidates) {
       if (at_start ? sub.compare(0, c->size(), *c) == 0 && sub.size() >= c->size()
@@ -174,7 +177,8 @@ int64_t find_sub(const std::string& s, const std::string& sub, const Params& p, 
   int64_t start, end;
   if (!sub_range(static_cast<int64_t>(cps.size()), p.get(1), p.get(2), start, end)) return -1;
   if (end - start < static_cast<int64_t>(needle.size())) return -1;
-  const std::u32string_view hay = std::u32string_view(cps).substr(static_cast<size_t>(start), static_cast<size_t>(end - start));
+  const std::u32string_view hay =
+      std::u32string_view(cps).substr(static_cast<size_t>(start), static_cast<size_t>(end - start));
   const size_t at = from_right ? hay.rfind(needle) : hay.find(needle);
   return at == std::u32string_view::npos ? -1 : start + static_cast<int64_t>(at);
 }
@@ -211,8 +215,9 @@ std::string pad(const std::string& s, int64_t width, const Params& p, int where 
 Value str_method(Interp& in, const std::string& s, const std::string& name, const CallArgs& a) {
   const std::string what = "str." + name + "()";
   const char* m = what.c_str();
-  static constexpr std::string_view kUnsupported[] = {"format", "format_map", "encode", "expandtabs", "maketrans",
-                                                      "translate", "isidentifier", "isprintable", "istitle"};
+  static constexpr std::string_view kUnsupported[] = {"format",       "format_map",  "encode",
+                                                      "expandtabs",   "maketrans",   "translate",
+                                                      "isidentifier", "isprintable", "istitle"};
   if (std::find(std::begin(kUnsupported), std::end(kUnsupported), name) != std::end(kUnsupported))
     throw OpError(what + " is not supported by this template interpreter");
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
@@ -241,8 +246,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, cons
   if (name == "replace") {
     Params p(what, a, {"old", "new", "count"});
     if (!p.get(0) || !p.get(1)) throw OpError(what + " takes at least 2 arguments");
-    return Value::string(str_replace(s, str_arg(*p.get(0), m), str_arg(*p.get(1), m), int_arg(p.get(2), -1, m),
-                                     in.max_bytes()));
+    return Value::string(
+        str_replace(s, str_arg(*p.get(0), m), str_arg(*p.get(1), m), int_arg(p.get(2), -1, m), in.max_bytes()));
   }
   if (name == "find" || name == "rfind" || name == "index" || name == "rindex") {
     Params p(what, a, {"sub", "start", "end"});
@@ -259,7 +264,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, cons
     int64_t start, end;
     if (!sub_range(static_cast<int64_t>(cps.size()), p.get(1), p.get(2), start, end) || end < start)
       return Value::integer(0);
-    const std::u32string_view hay = std::u32string_view(cps).substr(static_cast<size_t>(start), static_cast<size_t>(end - start));
+    const std::u32string_view hay =
+        std::u32string_view(cps).substr(static_cast<size_t>(start), static_cast<size_t>(end - start));
     if (needle.empty()) return Value::integer(static_cast<int64_t>(hay.size()) + 1);
     int64_t n = 0;
     for (size_t at = hay.find(needle); at != std::u32string_view::npos; at = hay.find(needle, at + needle.size())) ++n;
@@ -293,7 +299,8 @@ Value str_method(Interp& in, const std::string& s, const std::string& name, cons
     if (sep.empty()) throw OpError("empty separator");
     const size_t at = name == "partition" ? s.find(sep) : s.rfind(sep);
     if (at == std::string::npos) {
-      if (name == "partition") return Value::list({Value::string(s), Value::string(""), Value::string("")}, SeqKind::Tuple);
+      if (name == "partition")
+        return Value::list({Value::string(s), Value::string(""), Value::string("")}, SeqKind::Tuple);
       return Value::list({Value::string(""), Value::string(""), Value::string(s)}, SeqKind::Tuple);
     }
     return Value::list({Value::string(s.substr(0, at)), Value::string(sep), Value::string(s.substr(at + sep.size()))},
@@ -356,7 +363,8 @@ Value list_method(const Value& self, const std::string& name, const CallArgs& a)
   if (name == "count") {
     Params p(what, a, {"value"});
     if (!p.get(0)) throw OpError(what + " takes exactly one argument (0 given)");
-    return Value::integer(std::count_if(items.begin(), items.end(), [&](const Value& x) { return equals(x, *p.get(0)); }));
+    return Value::integer(
+        std::count_if(items.begin(), items.end(), [&](const Value& x) { return equals(x, *p.get(0)); }));
   }
   if (name == "index") {
     Params p(what, a, {"value", "start", "stop"});
@@ -378,10 +386,14 @@ Value dict_method(const Value& self, const std::string& name, const CallArgs& a)
     std::vector<Value> out;
     out.reserve(d.items.size());
     for (const auto& [k, v] : d.items) {
-      if (name == "items") out.push_back(Value::list({k, v}, SeqKind::Tuple));
-      else out.push_back(name == "keys" ? k : v);
+      if (name == "items")
+        out.push_back(Value::list({k, v}, SeqKind::Tuple));
+      else
+        out.push_back(name == "keys" ? k : v);
     }
-    const SeqKind kind = name == "items" ? SeqKind::DictItems : name == "keys" ? SeqKind::DictKeys : SeqKind::DictValues;
+    const SeqKind kind = name == "items"  ? SeqKind::DictItems
+                         : name == "keys" ? SeqKind::DictKeys
+                                          : SeqKind::DictValues;
     return Value::list(std::move(out), kind);
   }
   if (name == "get") {
@@ -405,7 +417,7 @@ MethodKind method_kind(const Value& self, std::string_view name) {
     const SeqKind kind = self.list().kind;
     if (kind == SeqKind::List) {
       if (name == "index" || name == "count" || name == "copy") return MethodKind::Safe;
-      static constexpr std::string_view kMutating[] = {"append", "clear", "extend", "insert",
+      static constexpr std::string_view kMutating[] = {"append", "clear",  "extend",  "insert",
                                                        "pop",    "remove", "reverse", "sort"};
       if (std::find(std::begin(kMutating), std::end(kMutating), name) != std::end(kMutating)) return MethodKind::Unsafe;
     }
@@ -413,7 +425,8 @@ MethodKind method_kind(const Value& self, std::string_view name) {
     return MethodKind::None;
   }
   if (self.is_dict()) {
-    if (name == "items" || name == "keys" || name == "values" || name == "get" || name == "copy") return MethodKind::Safe;
+    if (name == "items" || name == "keys" || name == "values" || name == "get" || name == "copy")
+      return MethodKind::Safe;
     if (name == "clear" || name == "pop" || name == "popitem" || name == "setdefault" || name == "update")
       return MethodKind::Unsafe;
   }
@@ -434,10 +447,12 @@ Value bind_method(const Value& self, const std::string& name) {
   return Value::object(Type::Callable, std::move(m));
 }
 
-std::string str_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count, size_t max_bytes) {
+std::string str_replace(std::string_view s, std::string_view old, std::string_view repl, int64_t count,
+                        size_t max_bytes) {
   std::string out;
   auto check = [&]() {
-    if (out.size() > max_bytes) throw OpError("replace would exceed the output limit of " + std::to_string(max_bytes) + " bytes");
+    if (out.size() > max_bytes)
+      throw OpError("replace would exceed the output limit of " + std::to_string(max_bytes) + " bytes");
   };
   if (old.empty()) {  // Python inserts `repl` before every character and at the end
     int64_t done = 0;

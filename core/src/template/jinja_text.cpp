@@ -105,13 +105,13 @@ size_t byte_offset(std::string_view s, size_t index) {
 
 bool is_space(char32_t c) {
   if (c <= 0x20) return c == 0x20 || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F);
-  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
-         c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+  return c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
 bool is_line_break(char32_t c) {
-  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E ||
-         c == 0x85 || c == 0x2028 || c == 0x2029;
+  return c == '\n' || c == '\r' || c == 0x0B || c == 0x0C || c == 0x1C || c == 0x1D || c == 0x1E || c == 0x85 ||
+         c == 0x2028 || c == 0x2029;
 }
 
 bool is_alpha(char32_t c) {
@@ -130,9 +130,8 @@ bool is_digit(char32_t c) {
   // Numeric_Type=Digit code points that are not decimal (superscripts, subscripts, circled).
   return c == 0xB2 || c == 0xB3 || c == 0xB9 || c == 0x2070 || (c >= 0x2074 && c <= 0x2079) ||
          (c >= 0x2080 && c <= 0x2089) || (c >= 0x2460 && c <= 0x2468) || (c >= 0x2474 && c <= 0x247C) ||
-         (c >= 0x2488 && c <= 0x2490) || c == 0x24EA || (c >= 0x24F5 && c <= 0x24FD) ||
-         (c >= 0x2776 && c <= 0x277E) || (c >= 0x2780 && c <= 0x2788) || (c >= 0x278A && c <= 0x2792) ||
-         (c >= 0x1369 && c <= 0x1371);
+         (c >= 0x2488 && c <= 0x2490) || c == 0x24EA || (c >= 0x24F5 && c <= 0x24FD) || (c >= 0x2776 && c <= 0x277E) ||
+         (c >= 0x2780 && c <= 0x2788) || (c >= 0x278A && c <= 0x2792) || (c >= 0x1369 && c <= 0x1371);
 }
 
 bool is_numeric(char32_t c) {
@@ -226,9 +225,12 @@ std::string swapcase(std::string_view s) {
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     const char32_t c = next_cp(s, i);
-    if (is_upper(c)) append_cp(out, to_lower_cp(c));
-    else if (is_lower(c)) append_upper(out, c);
-    else append_cp(out, c);
+    if (is_upper(c))
+      append_cp(out, to_lower_cp(c));
+    else if (is_lower(c))
+      append_upper(out, c);
+    else
+      append_cp(out, c);
   }
   return out;
 }
@@ -240,8 +242,10 @@ std::string capitalize(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const char32_t c = next_cp(s, i);
     if (first) {
-      if (c == 0xDF) out += "Ss";
-      else append_cp(out, to_title_cp(c));
+      if (c == 0xDF)
+        out += "Ss";
+      else
+        append_cp(out, to_title_cp(c));
     } else {
       append_cp(out, to_lower_cp(c));
     }
@@ -257,9 +261,12 @@ std::string title(std::string_view s) {
   bool previous_cased = false;
   for (size_t i = 0; i < s.size();) {
     const char32_t c = next_cp(s, i);
-    if (previous_cased) append_cp(out, to_lower_cp(c));
-    else if (c == 0xDF) out += "Ss";
-    else append_cp(out, to_title_cp(c));
+    if (previous_cased)
+      append_cp(out, to_lower_cp(c));
+    else if (c == 0xDF)
+      out += "Ss";
+    else
+      append_cp(out, to_title_cp(c));
     previous_cased = is_cased(c);
   }
   return out;
@@ -268,9 +275,7 @@ std::string title(std::string_view s) {
 std::string_view strip(std::string_view s, const std::string* chars, bool left, bool right) {
   std::u32string set;
   if (chars) set = decode(*chars);
-  auto strippable = [&](char32_t c) {
-    return chars ? set.find(c) != std::u32string::npos : is_space(c);
-  };
+  auto strippable = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : is_space(c); };
   size_t begin = 0;
   size_t end = s.size();
   if (left) {

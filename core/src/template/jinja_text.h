@@ -30,7 +30,7 @@ bool is_numeric(char32_t c);     // str.isnumeric(): categories Nd, Nl, No
 bool is_upper(char32_t c);
 bool is_lower(char32_t c);
 bool is_cased(char32_t c);
-bool is_printable(char32_t c);   // str.isprintable(): what repr() leaves unescaped
+bool is_printable(char32_t c);  // str.isprintable(): what repr() leaves unescaped
 bool is_identifier_start(char32_t c);
 bool is_identifier_char(char32_t c);
 

@@ -111,8 +111,9 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case J::number_integer: return integer(j.get<int64_t>());
     case J::number_unsigned: {
       const auto u = j.get<uint64_t>();
-      if (u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return integer(static_cast<int64_t>(u));
-      return real(static_cast<double>(u));
+      if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))  // Python would keep it exact
+        throw OpError("the integer " + std::to_string(u) + " does not fit in 64 bits (big integers are not supported)");
+      return integer(static_cast<int64_t>(u));
     }
     case J::number_float: return real(j.get<double>());
     case J::string: return string(j.get<std::string>());
@@ -613,8 +614,10 @@ Value int_pow(int64_t base, int64_t exp) {
 // flags, widths, precisions or mapping keys is refused rather than rendered differently.
 Value percent_format(const std::string& fmt, const Value& args, size_t max_bytes) {
   std::vector<Value> values;
-  if (args.is_list() && args.list().kind == SeqKind::Tuple) values = args.list().items;
-  else values.push_back(args);
+  if (args.is_list() && args.list().kind == SeqKind::Tuple)
+    values = args.list().items;
+  else
+    values.push_back(args);
   size_t next = 0;
   std::string out;
   for (size_t i = 0; i < fmt.size(); ++i) {
@@ -638,9 +641,12 @@ Value percent_format(const std::string& fmt, const Value& args, size_t max_bytes
       out += repr(v);
     } else {
       if (v.is_undefined()) throw_undefined(v);
-      if (v.is_int_like()) out += std::to_string(v.as_int());
-      else if (v.type() == Type::Float && std::fabs(v.as_float()) < 9.2e18) out += std::to_string(static_cast<int64_t>(v.as_float()));
-      else throw OpError(std::string("%") + spec + " format: a real number is required, not " + type_name(v));
+      if (v.is_int_like())
+        out += std::to_string(v.as_int());
+      else if (v.type() == Type::Float && std::fabs(v.as_float()) < 9.2e18)
+        out += std::to_string(static_cast<int64_t>(v.as_float()));
+      else
+        throw OpError(std::string("%") + spec + " format: a real number is required, not " + type_name(v));
     }
     if (out.size() > max_bytes) throw OpError("string formatting would exceed the output limit");
   }
@@ -665,11 +671,11 @@ Value binary_op(BinOp op, const Value& a, const Value& b, size_t max_bytes) {
       if (nums) return Value::real(a.as_float() + b.as_float());
       if (a.is_string() && b.is_string()) {
         if (a.str().size() + b.str().size() > max_bytes)
-          throw OpError("string concatenation would exceed the output limit of " + std::to_string(max_bytes) + " bytes");
+          throw OpError("string concatenation would exceed the output limit of " + std::to_string(max_bytes) +
+                        " bytes");
         return Value::string(a.str() + b.str());
       }
-      if (a.is_string())
-        throw OpError(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
+      if (a.is_string()) throw OpError(std::string("can only concatenate str (not \"") + type_name(b) + "\") to str");
       if (a.is_list() && b.is_list() && !is_view_or_iterator(a.list().kind)) {
         if (a.list().kind != b.list().kind)
           throw OpError(std::string("can only concatenate ") + type_name(a) + " (not \"" + type_name(b) + "\") to " +
@@ -699,8 +705,8 @@ Value binary_op(BinOp op, const Value& a, const Value& b, size_t max_bytes) {
       if ((b.is_string() || (b.is_list() && !is_view_or_iterator(b.list().kind))) && a.is_int_like())
         return repeat(b, a.as_int(), max_bytes);
       if (a.is_string() || b.is_string())
-        throw OpError(std::string("can't multiply sequence by non-int of type '") +
-                      type_name(a.is_string() ? b : a) + "'");
+        throw OpError(std::string("can't multiply sequence by non-int of type '") + type_name(a.is_string() ? b : a) +
+                      "'");
       unsupported(op, a, b);
     case BinOp::Div:
       if (nums) {
@@ -735,9 +741,11 @@ Value binary_op(BinOp op, const Value& a, const Value& b, size_t max_bytes) {
         const double x = a.as_float();
         const double y = b.as_float();
         if (x == 0 && y < 0) throw OpError("0.0 cannot be raised to a negative power");
-        if (x < 0 && y != std::floor(y)) throw OpError("a negative number to a fractional power is complex (not supported)");
+        if (x < 0 && y != std::floor(y))
+          throw OpError("a negative number to a fractional power is complex (not supported)");
         const double r = std::pow(x, y);
-        if (std::isinf(r) && std::isfinite(x) && std::isfinite(y)) throw OpError("(34, 'Numerical result out of range')");
+        if (std::isinf(r) && std::isfinite(x) && std::isfinite(y))
+          throw OpError("(34, 'Numerical result out of range')");
         return Value::real(r);
       }
       unsupported(op, a, b);

@@ -71,8 +71,8 @@ class Value {
   static Value list(std::vector<Value> items, SeqKind kind = SeqKind::List);  // OpError past kMaxValueDepth
   static Value dict(std::shared_ptr<DictObj> d);
   static Value object(Type type, std::shared_ptr<Object> obj);
-  // JSON -> Value: objects keep their key order; integers beyond int64 become floats;
-  // OpError for binary values or nesting past kMaxValueDepth.
+  // JSON -> Value: objects keep their key order. OpError for integers beyond int64 (Python's
+  // exact big integers have no counterpart here), binary values and nesting past kMaxValueDepth.
   static Value from_json(const nlohmann::ordered_json& j);
   uint32_t depth() const;  // nesting depth of a list/dict, 0 for anything else
 
@@ -88,7 +88,7 @@ class Value {
   // Accessors; each requires the matching type.
   bool as_bool() const { return m_u.b; }
   int64_t as_int() const { return m_type == Type::Bool ? (m_u.b ? 1 : 0) : m_u.i; }  // Int or Bool
-  double as_float() const;                                                            // any number
+  double as_float() const;                                                           // any number
   const std::string& str() const;
   const ListObj& list() const;
   std::shared_ptr<const ListObj> list_ptr() const;
@@ -144,6 +144,8 @@ struct UndefinedObj : Object {
 struct LoopObj : Object {
   std::shared_ptr<const ListObj> items;
   size_t index0 = 0;
+  bool has_changed_value = false;  // loop.changed(...) was called before
+  Value changed_value;             // the arguments of that call, as a tuple
 };
 
 struct CallableObj : Object {
@@ -157,8 +159,8 @@ bool truthy(const Value& v);
 std::string to_str(const Value& v);  // str(); an undefined renders as ""
 std::string repr(const Value& v);
 void append_str(std::string& out, const Value& v);
-std::string format_float(double d);       // float.__repr__: shortest round-trip
-const char* type_name(const Value& v);    // type(v).__name__
+std::string format_float(double d);            // float.__repr__: shortest round-trip
+const char* type_name(const Value& v);         // type(v).__name__
 std::string object_type_repr(const Value& v);  // jinja2's "'dict object'" for error messages
 [[noreturn]] void throw_undefined(const Value& v);
 

@@ -3,21 +3,30 @@
 // lstrip_blocks on, the loopcontrols extension and a `{% generation %}` tag; this renders the
 // same strings). No Python, no LibTorch: plain C++ on top of nlohmann::ordered_json inputs.
 //
-// Supported: {{ }}, {% %}, {# #}, whitespace control ({%- -%} {{- -}}), raw blocks;
-// if/elif/else, for (tuple unpacking, `if` filter, else, loop.index/index0/revindex/revindex0/
-// first/last/length/previtem/nextitem/cycle), break/continue, set (also `set x = ...` of a
-// namespace attribute and block set), macro/call with defaults and caller(), filter blocks,
-// generation blocks (rendered as their body); expressions with Python semantics: literals
-// (strings with escapes, ints, floats, true/false/none in both cases), lists, tuples, dicts,
-// attribute and item access, slicing with steps, calls with keyword arguments, `in`/`not in`,
-// `is`/`is not` tests, `~`, + - * / // % **, comparisons (chained), and/or/not, conditional
-// expressions; the filters and tests real templates call and the str/list/dict methods they use
-// (see jinja_builtins.cpp for the list); globals raise_exception, strftime_now, range, namespace,
-// dict, cycler-free joiner.
+// Supported: {{ }}, {% %}, {# #}, whitespace control ({%- -%} {{- -}} {#- -#} and the `+`
+// forms), raw blocks; if/elif/else, for (tuple unpacking, `if` filter, else, loop.index/
+// index0/revindex/revindex0/first/last/length/previtem/nextitem/cycle/changed/depth),
+// break/continue, set (also of a namespace attribute, tuple unpacking, block set with filters),
+// macro/call with defaults, keyword arguments, varargs/kwargs and caller(), filter blocks, with
+// blocks, generation blocks (rendered as their body); expressions with Python semantics and
+// jinja2's precedence: literals (strings with Python escapes, ints, floats, true/false/none in
+// both cases), lists, tuples, dicts, attribute and item access (the sandbox's lookup order),
+// slicing with steps, calls with keyword, *args and **kwargs arguments, `in`/`not in`,
+// `is`/`is not` tests, `~`, + - * / // % ** (and printf-style %s %r %d on strings), chained
+// comparisons, and/or/not, conditional expressions; the filters and tests chat templates call
+// and the str/list/dict methods they use (listed in jinja_builtins.cpp and jinja_methods.cpp);
+// globals raise_exception, strftime_now, range (at most 100000 items, as jinja2's sandbox),
+// namespace, dict.
+// Not supported, and refused with an error naming the construct: {% extends/include/import/
+// from/block/autoescape/do %}, recursive for loops, str.format, \N{...} escapes and filters
+// outside that list (batch, format, groupby, ...).
 //
-// Errors: Error{Format} for a syntax error and Error{Input} for a failure while rendering
-// (raise_exception, an undefined value used where one is required, an unknown filter/test/method,
-// a type error, a limit reached); every message starts with "<template name>:<line>:<column>: ".
+// Errors: Error{Format} for a syntax error, and for an unknown filter or test outside `if`
+// statements and conditional expressions (where jinja2 too reports it only when it runs);
+// Error{Input} for a failure while rendering (raise_exception, an undefined value used where one
+// is required, an unknown method, a type error, a limit reached) and for a source over
+// Limits::max_source_bytes. Every message starts with "<template name>:<line>:<column>: "
+// (1-based, the column in characters; 1:1 for the template as a whole).
 // An unsupported construct is always an error, never a silent wrong render.
 //
 // Limits bound time and memory on hostile templates: see Limits.
@@ -32,7 +41,8 @@ namespace trimkv::jinja {
 struct Limits {
   size_t max_source_bytes = 16u << 20;   // templates larger than this are refused when parsed
   size_t max_output_bytes = 64u << 20;   // rendering stops with an error past this much output
-  int64_t max_steps = 50'000'000;        // evaluation steps (loop iterations, calls, nodes)
+  int64_t max_steps = 50'000'000;        // evaluation steps: statements, loop iterations, calls, filters,
+                                         // and one per 64 bytes of string built
   int max_call_depth = 256;              // nested macro calls (infinite recursion)
   int max_nesting = 512;                 // nested expressions / blocks while parsing
   int max_eval_depth = 3000;             // nested evaluation frames while rendering (statements,
@@ -58,8 +68,9 @@ class Template {
   // syntax error, Error{Input} when the source exceeds the limits.
   static Template parse(const std::string& source, const std::string& name, const Options& options = {});
 
-  // Renders with `context` as the global variables (an object; ordered keys, so tojson keeps
-  // the caller's key order as Python's json.dumps does). Thread-safe: a Template is immutable.
+  // Renders with `context` as the global variables (an object, or null for none; ordered keys,
+  // so tojson keeps the caller's key order as Python's json.dumps does). Thread-safe: a Template
+  // is immutable and each render has its own state.
   std::string render(const nlohmann::ordered_json& context) const;
 
   const std::string& name() const;
