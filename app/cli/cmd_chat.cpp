@@ -77,9 +77,7 @@ int cmd_chat(int argc, char** argv, int first) {
   options.gates = args.get("gates");
   auto engine = vision::ChatEngine::load(model, options);
   if (eviction_requested(args)) engine->set_eviction(eviction);  // checked against the model
-  if (!engine->has_chat_template())
-    throw UsageError("'" + model + "' has no chat template (chat_template.jinja, or 'chat_template' in "
-                     "tokenizer_config.json): use 'trimkv generate --prompt' for raw text");
+  if (!engine->has_chat_template()) throw UsageError(engine->chat_template_problem());
   engine->set_system_prompt(args.get("system"));
   const ModelInfo info = engine->info();
 

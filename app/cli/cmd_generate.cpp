@@ -157,9 +157,7 @@ int cmd_generate(int argc, char** argv, int first) {
     if (!images.empty() && !vision::ChatEngine::is_vlm_checkpoint(model))
       throw UsageError("--image needs a vision-language checkpoint; '" + model + "' is not one");
     chat = vision::ChatEngine::load(model, options);
-    if (chat_turn && !chat->has_chat_template())
-      throw UsageError("'" + model + "' has no chat template (chat_template.jinja, or 'chat_template' "
-                       "in tokenizer_config.json): use --prompt without --chat");
+    if (chat_turn && !chat->has_chat_template()) throw UsageError(chat->chat_template_problem());
   } else {
     engine = Engine::load(model, options);
     if (args.has("prompt")) prompt_ids = engine->tokenize(args.get("prompt"));
@@ -180,6 +178,7 @@ int cmd_generate(int argc, char** argv, int first) {
     r = chat->respond(params, stream, &g_cancel);
   } else if (chat) {
     r = chat->generate(args.get("prompt"), images, params, eviction, false, stream, &g_cancel);
+    prompt_ids = r.prompt_ids;
   } else {
     r = engine->generate(prompt_ids, params, eviction, stream, &g_cancel);
   }

@@ -28,7 +28,8 @@ AnalysisWorker::~AnalysisWorker() = default;
 
 void AnalysisWorker::requestStop() { m_cancel.store(true); }
 
-ChatEngine& AnalysisWorker::engineFor(const QString& dir, const QString& gates) {
+ChatEngine& AnalysisWorker::engineFor(const QString& dir, const QString& gates,
+                                      const std::vector<trimkv::TemplateVar>& templateVars) {
   if (!m_engine || m_modelDir != dir || m_gates != gates) {
     m_engine.reset();  // one engine at a time: the old one's memory goes first
     m_modelDir.clear();
@@ -39,6 +40,8 @@ ChatEngine& AnalysisWorker::engineFor(const QString& dir, const QString& gates) 
     m_modelDir = dir;
     m_gates = gates;
   }
+  // The conversation renders as the chat's does (resets the engine's conversation).
+  m_engine->set_template_variables(templateVars);
   return *m_engine;
 }
 
@@ -75,7 +78,7 @@ void AnalysisWorker::runCompare(const CompareRequest& request) {
   }
   const int total = 2 * static_cast<int>(users.size());
   try {
-    ChatEngine& engine = engineFor(request.modelDir, request.gates);
+    ChatEngine& engine = engineFor(request.modelDir, request.gates, request.templateVars);
     for (int side = 0; side < 2; ++side) {
       engine.set_eviction(request.sides[side]);  // checked against the model before any work
       engine.set_system_prompt(system);

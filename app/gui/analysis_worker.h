@@ -28,6 +28,7 @@
 struct CompareRequest {
   QString modelDir;
   QString gates;  // as the chat's model was loaded (ModelSummary::gates)
+  std::vector<trimkv::TemplateVar> templateVars;  // the chat's chat-template variables
   std::vector<trimkv::Message> messages;  // the transcript; assistant messages are ignored
   trimkv::EvictionSettings sides[2];
   trimkv::GenerationParams params;
@@ -96,7 +97,8 @@ class AnalysisWorker : public QObject {
 
  private:
   // The engine for `dir`, loaded when it is not the one held (throws what ChatEngine::load throws).
-  trimkv::vision::ChatEngine& engineFor(const QString& dir, const QString& gates);
+  trimkv::vision::ChatEngine& engineFor(const QString& dir, const QString& gates,
+                                        const std::vector<trimkv::TemplateVar>& templateVars = {});
   InspectorFrame frame() const;
 
   std::unique_ptr<trimkv::vision::ChatEngine> m_engine;

@@ -791,10 +791,24 @@ void MainWindow::editTemplateVariables() {
 }
 
 void MainWindow::setTemplateVariables(const QStringList& lines) {
+  std::vector<trimkv::TemplateVar> vars;
+  QStringList kept;
+  try {  // checked here, so the dialog never shows variables that are not in effect
+    for (const QString& line : lines) {
+      if (line.trimmed().isEmpty()) continue;
+      vars.push_back(trimkv::parse_template_var(line.toStdString()));
+      kept << line.trimmed();
+    }
+  } catch (const std::exception& e) {
+    showError(tr("Cannot use these template variables"), QString::fromStdString(e.what()));
+    return;
+  }
+  if (kept == m_templateVars) return;  // unchanged: the conversation stays
   stopGeneration();
   cancelEdit();
-  m_templateVars = lines;
-  Q_EMIT requestTemplateVariables(lines);
+  m_templateVars = kept;
+  m_templateVarValues = vars;
+  Q_EMIT requestTemplateVariables(kept);
 }
 
 void MainWindow::saveConversation(const QString& path) { Q_EMIT requestSave(path); }
@@ -1356,6 +1370,7 @@ void MainWindow::onTranscriptForCompare(const std::vector<trimkv::Message>& mess
   CompareRequest request;
   request.modelDir = m_model.dir;
   request.gates = m_model.gates;
+  request.templateVars = m_templateVarValues;
   request.messages = messages;
   request.sides[0] = m_compareSides[0];
   request.sides[1] = m_compareSides[1];

@@ -259,7 +259,8 @@ class MainWindow : public QMainWindow {
   QAction* m_compareAction = nullptr;
   QAction* m_evaluateAction = nullptr;
   QAction* m_templateVarsAction = nullptr;
-  QStringList m_templateVars;
+  QStringList m_templateVars;                          // as typed (trimmed lines)
+  std::vector<trimkv::TemplateVar> m_templateVarValues;  // the same, parsed
   bool m_comparePending = false;  // waiting for the transcript to start a comparison
   trimkv::EvictionSettings m_compareSides[2];
   TourPanel* m_tour = nullptr;

@@ -82,6 +82,8 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
     }
   }
   Q_EMIT modelLoaded(summary);
+  if (const std::string problem = m_engine->chat_template_problem(); !problem.empty())
+    Q_EMIT errorOccurred(tr("This model cannot chat"), QString::fromStdString(problem));
   Q_EMIT evictionApplied(m_eviction);
   emitFrame(QStringLiteral("idle"), 0, true);
 }

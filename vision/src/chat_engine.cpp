@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -79,6 +80,11 @@ const TextTurnEncoder* template_encoder(const TurnEncoder& e) { return dynamic_c
 bool ChatEngine::has_chat_template() const {
   const TextTurnEncoder* e = template_encoder(*m_impl->model->encoder);
   return e && e->has_chat_template();
+}
+
+std::string ChatEngine::chat_template_problem() const {
+  const TextTurnEncoder* e = template_encoder(*m_impl->model->encoder);
+  return e ? e->chat_template_problem() : std::string("this model's encoder has no chat template");
 }
 
 std::string ChatEngine::chat_template_origin() const {
@@ -233,7 +239,8 @@ std::string ChatEngine::transcript_json() const {
     nlohmann::json content = nlohmann::json::array();
     for (const ContentPart& p : m.content) {
       if (p.kind == ContentPart::Kind::Text) content.push_back({{"type", "text"}, {"text", p.text}});
-      else content.push_back({{"type", "image"}, {"path", p.path}});
+      else  // absolute: the file can be read back from anywhere (trimkv generate --messages)
+        content.push_back({{"type", "image"}, {"path", std::filesystem::absolute(p.path).lexically_normal().string()}});
     }
     messages.push_back({{"role", m.role}, {"content", content}});
   }

@@ -149,6 +149,7 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
 
   GenerationResult r;
   r.prompt_tokens = static_cast<int64_t>(prompt.size());
+  r.prompt_ids = prompt;
   std::vector<int32_t> history = prompt;
   std::string text;     // decoded so far
   size_t emitted = 0;   // bytes of `text` already passed to on_text

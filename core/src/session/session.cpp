@@ -190,9 +190,10 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
                                    const std::atomic<bool>* cancel) {
   const size_t mark = m_ids.size();
   const std::vector<int32_t> end_of_turn = m_chat_turn ? m_encoder->end_of_turn_ids() : std::vector<int32_t>{};
+  // What closes the answer, found before anything changes (a template may refuse).
+  const std::vector<int32_t> close = m_chat_turn ? m_encoder->close_assistant_turn(m_transcript) : std::vector<int32_t>{};
   GenerationResult r = generate_pending(params, on_text, cancel);
   const int answer_turn = m_turn;
-  const std::vector<Message> history = m_transcript;  // ends with the prompt it answers
   // Tokens the decode loop already fed through the model (every sampled token but the last).
   const size_t fed = static_cast<size_t>(m_runner->n_tokens()) - mark;
   TRIMKV_ASSERT(fed <= r.tokens.size());
@@ -220,7 +221,6 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
              std::find(end_of_turn.begin(), end_of_turn.end(), id) != end_of_turn.end();
     };
     if (!rest.empty() && is_stop(rest.back())) rest.pop_back();
-    const std::vector<int32_t> close = m_encoder->close_assistant_turn(history);
     rest.insert(rest.end(), close.begin(), close.end());
     if (!rest.empty()) {
       StreamSegment seg;

@@ -27,8 +27,12 @@ std::string joined_text(const std::vector<ContentPart>& content, const std::stri
 }  // namespace
 
 TextTurnEncoder::TextTurnEncoder(std::string model_dir, std::shared_ptr<const Tokenizer> tokenizer,
-                                 std::optional<ChatFormat> format, std::vector<TemplateVar> vars)
-    : m_dir(std::move(model_dir)), m_tokenizer(std::move(tokenizer)), m_base(std::move(format)), m_vars(std::move(vars)) {
+                                 LoadedChatFormat format, std::vector<TemplateVar> vars)
+    : m_dir(std::move(model_dir)),
+      m_tokenizer(std::move(tokenizer)),
+      m_base(std::move(format.format)),
+      m_load_error(std::move(format.error)),
+      m_vars(std::move(vars)) {
   TRIMKV_ASSERT(m_tokenizer);
   apply_variables();
 }
@@ -51,18 +55,23 @@ void TextTurnEncoder::apply_variables() {
   // "<|im_end|>\n" -> <|im_end|>). Found by rendering a one-message conversation; a template
   // that cannot render one (it demands a system message, say) just has none.
   try {
-    const ChatFormat::AnswerFrame frame = m_format->answer_frame({{"user", {ContentPart::text_part("Hi")}}});
-    for (int32_t id : encode(frame.after))
+    for (int32_t id : encode(m_format->answer_close({{"user", {ContentPart::text_part("Hi")}}})))
       if (m_tokenizer->is_special(id) || m_tokenizer->id_to_token(id) == m_tokenizer->config().eos_token)
         m_end_of_turn.push_back(id);
   } catch (const Error&) {
   }
 }
 
+std::string TextTurnEncoder::chat_template_problem() const {
+  if (m_format) return "";
+  if (!m_load_error.empty()) return "the chat template of '" + m_dir + "' cannot be used: " + m_load_error;
+  return "checkpoint '" + m_dir +
+         "' has no chat template (looked for chat_template.jinja, chat_template.json and the 'chat_template' of "
+         "tokenizer_config.json / processor_config.json): use a raw prompt";
+}
+
 const ChatFormat& TextTurnEncoder::format() const {
-  TRIMKV_CHECK(m_format, Config, "checkpoint '", m_dir,
-               "' has no chat template (looked for chat_template.jinja, chat_template.json and the "
-               "'chat_template' of tokenizer_config.json / processor_config.json): use a raw prompt");
+  TRIMKV_CHECK(m_format, Config, chat_template_problem());
   return *m_format;
 }
 
@@ -84,19 +93,28 @@ std::vector<int32_t> TextTurnEncoder::system_turn(const std::string& text) const
 }
 
 std::vector<int32_t> TextTurnEncoder::assistant_turn(const std::vector<Message>& history, const std::string& text) const {
-  const ChatFormat::AnswerFrame frame = format().answer_frame(history);
-  return encode(frame.before + text + frame.after);
+  return encode(format().assistant_text(history, text));
 }
 
 std::vector<int32_t> TextTurnEncoder::close_assistant_turn(const std::vector<Message>& history) const {
-  return encode(format().answer_frame(history).after);
+  return encode(format().answer_close(history));
 }
 
-std::optional<ChatFormat> load_chat_format(const std::string& dir, const Tokenizer& tokenizer, ContentStyle style) {
-  std::optional<ChatTemplate> t = ChatTemplate::from_folder(dir);
-  if (!t) return std::nullopt;
+LoadedChatFormat load_chat_format(const std::string& dir, const Tokenizer& tokenizer, ContentStyle style) {
+  LoadedChatFormat out;
+  std::optional<ChatTemplate> t;
+  try {
+    t = ChatTemplate::from_folder(dir, style == ContentStyle::Parts);
+  } catch (const Error& e) {
+    // A template this interpreter cannot parse (too large, a malformed field): the model still
+    // runs raw prompts; chat says why.
+    out.error = e.what();
+    return out;
+  }
+  if (!t) return out;
   t->set_special_tokens(tokenizer.config().bos_token, tokenizer.config().eos_token);
-  return ChatFormat(std::move(*t), style);
+  out.format.emplace(std::move(*t), style);
+  return out;
 }
 
 std::shared_ptr<const TextTurnEncoder> make_text_turn_encoder(const TextModel& model,

@@ -1,5 +1,6 @@
 #include "trimkv/core/chat_template.h"
 
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -62,10 +63,20 @@ constexpr const char* kAnswerSentinel = "\xee\x80\x80" "trimkv-answer" "\xee\x80
 }  // namespace
 
 TemplateVar parse_template_var(const std::string& text) {
+  auto trim = [](const std::string& s) {
+    const size_t b = s.find_first_not_of(" \t");
+    return b == std::string::npos ? std::string() : s.substr(b, s.find_last_not_of(" \t") - b + 1);
+  };
   const size_t eq = text.find('=');
-  TRIMKV_CHECK(eq != std::string::npos && eq > 0, Input, "template variable '", text,
-               "' must be NAME=VALUE (e.g. enable_thinking=false)");
-  return {text.substr(0, eq), text.substr(eq + 1)};
+  const std::string name = eq == std::string::npos ? "" : trim(text.substr(0, eq));
+  bool identifier = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0]));
+  for (char ch : name) identifier = identifier && (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_');
+  TRIMKV_CHECK(identifier, Input, "template variable '", text, "' must be NAME=VALUE with NAME an identifier ",
+               "(e.g. enable_thinking=false)");
+  std::string value = trim(text.substr(eq + 1));
+  if (value == "True" || value == "False" || value == "None")  // Python's spelling
+    value = value == "True" ? "true" : value == "False" ? "false" : "null";
+  return {name, value};
 }
 
 struct ChatTemplate::Impl {
@@ -84,11 +95,14 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const std::str
   return ChatTemplate(std::move(impl));
 }
 
-std::optional<ChatTemplate> ChatTemplate::from_folder(const std::string& dir) {
+std::optional<ChatTemplate> ChatTemplate::from_folder(const std::string& dir, bool processor_first) {
   const fs::path d(dir);
   if (fs::exists(d / "chat_template.jinja"))
     return from_source(read_file(d / "chat_template.jinja"), (d / "chat_template.jinja").string());
-  for (const char* file : {"chat_template.json", "tokenizer_config.json", "processor_config.json"}) {
+  const std::vector<const char*> files =
+      processor_first ? std::vector<const char*>{"chat_template.json", "processor_config.json", "tokenizer_config.json"}
+                      : std::vector<const char*>{"chat_template.json", "tokenizer_config.json", "processor_config.json"};
+  for (const char* file : files) {
     if (!fs::exists(d / file)) continue;
     if (auto t = template_field(d / file)) return from_source(t->first, t->second);
   }
@@ -146,48 +160,136 @@ std::string ChatTemplate::render(const std::vector<Message>& messages, bool add_
 const std::string& ChatTemplate::origin() const { return m_impl->origin; }
 const std::string& ChatTemplate::source() const { return m_impl->source; }
 
-std::string rendered_delta(const std::string& before, const std::string& after, const std::string& origin) {
+namespace {
+
+size_t common_prefix(const std::string& a, const std::string& b) {
   size_t p = 0;
-  const size_t n = std::min(before.size(), after.size());
-  while (p < n && before[p] == after[p]) ++p;
-  if (p == before.size()) return after.substr(p);
-  // The template rendered the end of `before` anew: find the longest tail of before[p..] that
-  // `after` repeats at or past p, and take what follows it. The tail is the last message as
-  // the cache holds it (e.g. an answer without its thinking block).
-  for (size_t q = p; q < before.size(); ++q) {
-    const std::string_view tail(before.data() + q, before.size() - q);
-    const size_t at = after.find(tail, p);
-    if (at != std::string::npos) return after.substr(at + tail.size());
-  }
-  TRIMKV_FAIL(Unsupported, "chat template '", origin, "' renders the conversation so far differently once a ",
-              "message follows (they part at byte ", p,
-              "), and nothing of its last message is repeated: a cached conversation cannot continue it");
+  const size_t n = std::min(a.size(), b.size());
+  while (p < n && a[p] == b[p]) ++p;
+  return p;
 }
+
+// The content sentinel number k: private-use code points around a tag, so no template's string
+// operation changes it and no real text holds it.
+std::string sentinel(int k) { return std::string(kAnswerSentinel) + std::to_string(k) + "\xee\x80\x81"; }
+
+// How much of a closing two renderings share, cut back to the end of a line or tag when they
+// part inside one (so "<|end|>\n<|" becomes "<|end|>\n").
+size_t shared_closing(const std::string& last, const std::string& followed) {
+  size_t c = common_prefix(last, followed);
+  if (c == last.size() || c == followed.size()) return c;
+  while (c > 0 && std::string("\n >]}").find(last[c - 1]) == std::string::npos) --c;
+  return c;
+}
+
+Message text_message(const std::string& role, const std::string& text) { return {role, {ContentPart::text_part(text)}}; }
+
+// Whether `piece` holds what the user wrote (the first text, as a template that trims it
+// writes it).
+bool holds_text(const std::string& piece, const std::vector<ContentPart>& content) {
+  for (const ContentPart& p : content) {
+    if (p.kind != ContentPart::Kind::Text) continue;
+    const size_t b = p.text.find_first_not_of(" \t\r\n");
+    if (b == std::string::npos) continue;
+    const size_t e = p.text.find_last_not_of(" \t\r\n");
+    return piece.find(p.text.substr(b, e - b + 1)) != std::string::npos;
+  }
+  return true;
+}
+
+}  // namespace
 
 ChatFormat::ChatFormat(ChatTemplate tmpl, ContentStyle style) : m_template(std::move(tmpl)), m_style(style) {}
 
+std::optional<ChatFormat::Closing> ChatFormat::closing(const std::vector<Message>& before,
+                                                       const std::string& role) const {
+  const std::string text = sentinel(0);
+  std::vector<Message> one = before;
+  one.push_back(text_message(role, text));
+  const std::string last = render(one, false);
+  const size_t at = last.find(text);
+  if (at == std::string::npos) return std::nullopt;
+  Closing c;
+  c.last = last.substr(at + text.size());
+  // The same message with one more after it (a user message after an answer or a system
+  // message, an answer after a user message).
+  one.push_back(text_message(role == "user" ? "assistant" : "user", sentinel(1)));
+  std::string followed;
+  try {
+    followed = render(one, false);
+  } catch (const Error&) {
+    c.followed = c.last;  // the template refuses that order: keep the closing as it is
+    return c;
+  }
+  const size_t at2 = followed.find(text);
+  if (at2 == std::string::npos) {
+    c.followed = c.last;
+    return c;
+  }
+  c.followed = c.last.substr(0, shared_closing(c.last, followed.substr(at2 + text.size())));
+  return c;
+}
+
 std::string ChatFormat::system_text(const std::string& text) const {
-  return m_template.render({{"system", {ContentPart::text_part(text)}}}, false, m_style);
+  const std::vector<Message> sys = {text_message("system", text)};
+  const std::string rendered = render(sys, false);
+  const std::optional<Closing> c = closing({}, "system");
+  if (!c || rendered.size() < c->last.size() ||
+      rendered.compare(rendered.size() - c->last.size(), c->last.size(), c->last) != 0)
+    return rendered;  // folded into the next turn, or closed as the template pleases
+  return rendered.substr(0, rendered.size() - c->last.size()) + c->followed;
 }
 
 std::string ChatFormat::user_text(const std::vector<Message>& history, const std::vector<ContentPart>& content) const {
-  // An empty conversation renders as nothing before its first message: the template's opening
-  // (e.g. a BOS) belongs to the first piece, and some templates cannot render zero messages.
-  const std::string before = history.empty() ? std::string() : m_template.render(history, false, m_style);
   std::vector<Message> next = history;
   next.push_back({"user", content});
-  return rendered_delta(before, m_template.render(next, true, m_style), m_template.origin());
+  const std::string after = render(next, true);
+  // An empty conversation renders as nothing before its first message: the template's opening
+  // (e.g. a BOS) belongs to the first piece, and some templates cannot render zero messages.
+  if (history.empty()) return after;
+  const std::string before = render(history, false);
+  if (after.compare(0, before.size(), before) == 0) return after.substr(before.size());
+  // The template renders the conversation so far differently now that a message follows. The
+  // cache holds the last message with its closing (`followed`); the new piece is what comes
+  // after that closing in a rendering whose last message's text is the sentinel.
+  const Message& last = history.back();
+  const std::optional<Closing> c = closing({history.begin(), history.end() - 1}, last.role);
+  std::vector<Message> marked(history.begin(), history.end() - 1);
+  const std::string text = sentinel(2);
+  marked.push_back(text_message(last.role, text));
+  marked.push_back({"user", content});
+  const std::string structure = render(marked, true);
+  const size_t at = structure.find(text);
+  const size_t from = at == std::string::npos || !c ? std::string::npos : at + text.size() + c->followed.size();
+  TRIMKV_CHECK(from != std::string::npos && structure.compare(at + text.size(), c->followed.size(), c->followed) == 0,
+               Unsupported, "chat template '", m_template.origin(), "' renders the conversation so far differently ",
+               "once a message follows, in a way a cached conversation cannot continue");
+  const std::string piece = structure.substr(from);
+  TRIMKV_CHECK(holds_text(piece, content), Unsupported, "chat template '", m_template.origin(),
+               "': the new user message is not where a cached conversation can continue");
+  return piece;
 }
 
-ChatFormat::AnswerFrame ChatFormat::answer_frame(const std::vector<Message>& history) const {
-  const std::string before = m_template.render(history, true, m_style);
+std::string ChatFormat::assistant_text(const std::vector<Message>& history, const std::string& text) const {
+  const std::string prompt = render(history, true);
   std::vector<Message> next = history;
-  next.push_back({"assistant", {ContentPart::text_part(kAnswerSentinel)}});
-  const std::string delta = rendered_delta(before, m_template.render(next, false, m_style), m_template.origin());
-  const size_t at = delta.find(kAnswerSentinel);
-  TRIMKV_CHECK(at != std::string::npos, Unsupported, "chat template '", m_template.origin(),
+  next.push_back(text_message("assistant", text));
+  const std::string rendered = render(next, false);
+  const std::optional<Closing> c = closing(history, "assistant");
+  TRIMKV_CHECK(c, Unsupported, "chat template '", m_template.origin(),
                "' does not render an assistant answer's text where it follows the generation prompt");
-  return {delta.substr(0, at), delta.substr(at + std::string(kAnswerSentinel).size())};
+  const size_t p = common_prefix(prompt, rendered);  // the generation prompt (or what it shares)
+  TRIMKV_CHECK(rendered.size() >= p + c->last.size() &&
+                   rendered.compare(rendered.size() - c->last.size(), c->last.size(), c->last) == 0,
+               Unsupported, "chat template '", m_template.origin(), "' closes this answer unlike any other");
+  return rendered.substr(p, rendered.size() - c->last.size() - p) + c->followed;
+}
+
+std::string ChatFormat::answer_close(const std::vector<Message>& history) const {
+  const std::optional<Closing> c = closing(history, "assistant");
+  TRIMKV_CHECK(c, Unsupported, "chat template '", m_template.origin(),
+               "' does not render an assistant answer's text where it follows the generation prompt");
+  return c->followed;
 }
 
 }  // namespace trimkv

@@ -20,7 +20,7 @@ DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefic
   m_image_edge_id = tok.token_to_id(kIdefics3FakeImageToken);
   m_global_id = tok.token_to_id(kIdefics3GlobalImageToken);
   TRIMKV_CHECK(m_image_id >= 0, Config, "the demo tokenizer lacks '", kImagePlaceholder, "'");
-  m_close = tok.encode(smolvlm_chat_format().answer_frame({{"user", {ContentPart::text_part("?")}}}).after, false);
+  m_close = tok.encode(smolvlm_chat_format().answer_close({{"user", {ContentPart::text_part("?")}}}), false);
 }
 
 at::Tensor DemoData::scene_pixels(const world::Scene& scene) const {
@@ -260,8 +260,7 @@ DemoSequence DemoData::layout(const world::Conversation& conv, Images& images) c
       seq.ids.push_back(id);
     }
     add_attention_targets(conv, turn, turn_start, seq);
-    const ChatFormat::AnswerFrame frame = format.answer_frame(history);
-    const std::vector<int32_t> answer = m_tok.encode(frame.before + turn.answer + frame.after, false);
+    const std::vector<int32_t> answer = m_tok.encode(format.assistant_text(history, turn.answer), false);
     history.push_back({"assistant", {ContentPart::text_part(turn.answer)}});
     TRIMKV_ASSERT(answer.size() > m_close.size(), "demo data: the answer '", turn.answer, "' has no token");
     const size_t n_label = answer.size() - m_close.size() + 1;  // the answer and its end of utterance

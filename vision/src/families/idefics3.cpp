@@ -62,7 +62,7 @@ namespace {
 // "<image>" into the image's tiles and encode them.
 class Idefics3Encoder final : public TextTurnEncoder {
  public:
-  Idefics3Encoder(std::string dir, std::shared_ptr<Tokenizer> tok, std::optional<ChatFormat> format,
+  Idefics3Encoder(std::string dir, std::shared_ptr<Tokenizer> tok, LoadedChatFormat format,
                   std::vector<TemplateVar> vars, std::shared_ptr<Idefics3Vision> vision, Idefics3ProcessorConfig proc,
                   Idefics3TokenIds ids)
       : TextTurnEncoder(std::move(dir), tok, std::move(format), std::move(vars)), m_tok(std::move(tok)),

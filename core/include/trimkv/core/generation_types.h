@@ -26,6 +26,7 @@ struct GenerationResult {
   std::string text;             // decoded text without special tokens, cut before a stop string
   std::string stop_reason;      // eos | stop_string | max_tokens | context_full | cancelled
   int64_t prompt_tokens = 0;
+  std::vector<int32_t> prompt_ids;  // the prompt the answer follows (a chat turn: its own turn)
   double prefill_ms = 0;        // prompt prefill up to the first token's logits
   double decode_ms = 0;         // every decode step after that
   int64_t kv_entries = 0;       // entries held by the cache at the end

@@ -15,12 +15,19 @@ namespace trimkv {
 
 struct TextModel;
 
+// A checkpoint's chat format as loaded: the format, or (a template that does not parse) the
+// error naming its file and line, or neither (the folder has no template).
+struct LoadedChatFormat {
+  std::optional<ChatFormat> format;
+  std::string error;
+};
+
 class TextTurnEncoder : public TurnEncoder {
  public:
-  // `format` empty: the checkpoint has no chat template; raw prompts still work and every chat
-  // piece fails with Error{Config} naming `model_dir`.
+  // Without a usable format (no template, or one that does not parse) raw prompts still work
+  // and every chat piece fails with Error{Config} saying why (chat_template_problem()).
   // `format` carries the template with its bos/eos tokens only; `vars` are applied on top.
-  TextTurnEncoder(std::string model_dir, std::shared_ptr<const Tokenizer> tokenizer, std::optional<ChatFormat> format,
+  TextTurnEncoder(std::string model_dir, std::shared_ptr<const Tokenizer> tokenizer, LoadedChatFormat format,
                   std::vector<TemplateVar> vars = {});
 
   StreamSegment user_turn(const std::vector<Message>& history, const std::vector<ContentPart>& content,
@@ -41,6 +48,8 @@ class TextTurnEncoder : public TurnEncoder {
   // The chat format (Error{Config} naming the model folder when it has no template).
   const ChatFormat& format() const;
   bool has_chat_template() const { return m_format.has_value(); }
+  // Why the model cannot chat ("" when it can): no template, or the template's parse error.
+  std::string chat_template_problem() const;
   const Tokenizer& tokenizer() const { return *m_tokenizer; }
 
  protected:
@@ -55,15 +64,17 @@ class TextTurnEncoder : public TurnEncoder {
   std::string m_dir;
   std::shared_ptr<const Tokenizer> m_tokenizer;
   std::optional<ChatFormat> m_base;    // the template with bos/eos only
+  std::string m_load_error;            // the template did not parse
   std::vector<TemplateVar> m_vars;
   std::optional<ChatFormat> m_format;  // m_base with m_vars
   std::vector<int32_t> m_end_of_turn;
   void apply_variables();  // the special tokens of an answer's closing text
 };
 
-// The chat format of the checkpoint in `dir`: its template (ChatTemplate::from_folder) with the
-// tokenizer's bos/eos tokens; nullopt when the folder has none.
-std::optional<ChatFormat> load_chat_format(const std::string& dir, const Tokenizer& tokenizer, ContentStyle style);
+// The chat format of the checkpoint in `dir`: its template (ChatTemplate::from_folder; a VLM's,
+// ContentStyle::Parts, looks at the processor's first) with the tokenizer's bos/eos tokens. A
+// template that cannot be read or parsed is kept as its error (the message names the file).
+LoadedChatFormat load_chat_format(const std::string& dir, const Tokenizer& tokenizer, ContentStyle style);
 
 // A text model's encoder: load_chat_format(model.dir, ..., ContentStyle::Strings, vars).
 // Error{Config} when the model has no tokenizer.

@@ -56,6 +56,9 @@ class ChatEngine {
   bool takes_images() const { return vision_info().takes_images(); }
   bool has_chat_template() const;
   std::string chat_template_origin() const;  // the file it came from ("" when none)
+  // Why conversations cannot be rendered ("" when they can): the folder has no chat template, or
+  // its template does not parse (the message names the file, line and column). Raw prompts work.
+  std::string chat_template_problem() const;
 
   // Chat-template variables (e.g. enable_thinking=false) of every later conversation: the
   // conversation is reset (the template renders the whole conversation with them).
