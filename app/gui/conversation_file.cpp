@@ -83,43 +83,15 @@ void saveConversationFile(const QString& path, const std::vector<trimkv::Message
 }
 
 std::vector<trimkv::Message> loadConversationFile(const QString& path) {
-  QFile file(path);
-  TRIMKV_CHECK(file.open(QIODevice::ReadOnly), Io, "cannot read '", path.toStdString(), "'");
-  QJsonParseError err;
-  const QJsonDocument doc = QJsonDocument::fromJson(file.readAll(), &err);
+  // The messages as `trimkv generate --messages` reads them (one reader: core's), then the
+  // app's rule on roles: a system message may only open the conversation.
   const std::string name = path.toStdString();
-  TRIMKV_CHECK(!doc.isNull(), Format, name, ": not JSON (", err.errorString().toStdString(), " at offset ",
-               err.offset, ")");
-  TRIMKV_CHECK(doc.isObject() && doc.object().value("messages").isArray(), Format, name,
-               ": expected an object with a \"messages\" array");
-  const QDir dir = QFileInfo(path).absoluteDir();
-  std::vector<trimkv::Message> messages;
-  const QJsonArray array = doc.object().value("messages").toArray();
-  for (qsizetype i = 0; i < array.size(); ++i) {
-    const QJsonObject m = array[i].toObject();
-    const QString role = m.value("role").toString();
+  std::vector<trimkv::Message> messages = trimkv::read_messages_file(name);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
     TRIMKV_CHECK(role == "user" || role == "assistant" || (role == "system" && i == 0), Format, name,
                  ": messages[", i, "].role must be \"user\" or \"assistant\" (or \"system\" for the first), not \"",
-                 role.toStdString(), "\"");
-    TRIMKV_CHECK(m.value("content").isArray(), Format, name, ": messages[", i, "].content must be an array");
-    trimkv::Message msg;
-    msg.role = role.toStdString();
-    const QJsonArray content = m.value("content").toArray();
-    for (qsizetype k = 0; k < content.size(); ++k) {
-      const QJsonObject part = content[k].toObject();
-      const QString type = part.value("type").toString();
-      if (type == "text") {
-        msg.content.push_back(trimkv::ContentPart::text_part(part.value("text").toString().toStdString()));
-      } else if (type == "image") {
-        const QString p = part.value("path").toString();
-        TRIMKV_CHECK(!p.isEmpty(), Format, name, ": messages[", i, "].content[", k, "].path is missing");
-        msg.content.push_back(trimkv::ContentPart::image_part(QDir::cleanPath(dir.absoluteFilePath(p)).toStdString()));
-      } else {
-        TRIMKV_FAIL(Format, name, ": messages[", i, "].content[", k, "].type must be \"text\" or \"image\", not \"",
-                    type.toStdString(), "\"");
-      }
-    }
-    messages.push_back(std::move(msg));
+                 role, "\"");
   }
   return messages;
 }
