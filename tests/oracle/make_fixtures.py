@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|demo ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|qwen2vl|demo ...]"""
 import sys
 from pathlib import Path
 
@@ -10,7 +10,7 @@ DATA = HERE.parent / "data"
 
 
 def main(argv):
-    parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat"]
+    parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat", "qwen2vl"]
     if "tokenizers" in parts:
         import tokenizer_fixtures
         tokenizer_fixtures.main(DATA) if hasattr(tokenizer_fixtures, "main") else None
@@ -29,6 +29,9 @@ def main(argv):
     if "chat" in parts:  # after "models" (it adds chat templates to their folders) and "templates"
         import text_chat_fixtures
         text_chat_fixtures.main(DATA)
+    if "qwen2vl" in parts:  # the Qwen2-VL image processor (issue 16 groundwork)
+        import qwen2_vl_processor_fixtures
+        qwen2_vl_processor_fixtures.main(DATA)
     if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
         import demo_fixtures
         demo_fixtures.main(DATA)

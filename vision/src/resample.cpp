@@ -186,8 +186,13 @@ RgbImage resize(const RgbImage& in, int width, int height, ResampleFilter filter
   const int ybox_first = cv.bounds[0];
   const int ybox_last = cv.bounds[height * 2 - 2] + cv.bounds[height * 2 - 1];
   if (!need_h) return vertical(in, height, cv, 0);
+  if (!need_v) return horizontal(in, width, 0, in.height, ch);
+  // Pillow 13 (what transformers installs; libImaging/Resample.c) runs the vertical pass first
+  // when the height shrinks by more than twice as many pixels as the width does; the 8-bit
+  // intermediate image makes the order visible (up to 10 levels on a 100x30 -> 112x28 BICUBIC).
+  const bool horizontal_first = !(in.height - height > 0 && in.height - height > (in.width - width) * 2);
+  if (!horizontal_first) return horizontal(vertical(in, height, cv, 0), width, 0, height, ch);
   RgbImage tmp = horizontal(in, width, ybox_first, ybox_last - ybox_first, ch);
-  if (!need_v) return tmp;
   return vertical(tmp, height, cv, ybox_first);
 }
 

@@ -3,11 +3,10 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "processors/processor_settings.h"
 #include "trimkv/vision/idefics3.h"
 
 namespace trimkv::vision {
@@ -59,18 +58,6 @@ std::pair<int, int> tile_multiple_size(int height, int width, int tile) {
   return {height, width};
 }
 
-// uint8 HWC -> float32 CHW, rescaled and normalised with numpy's float32 arithmetic.
-void normalise_into(const RgbImage& img, const Idefics3ProcessorConfig& cfg, float* out) {
-  const size_t plane = static_cast<size_t>(img.width) * img.height;
-  for (int c = 0; c < 3; ++c)
-    for (size_t i = 0; i < plane; ++i) {
-      float v = cfg.do_rescale ? static_cast<float>(static_cast<double>(img.data[i * 3 + c]) * cfg.rescale_factor)
-                               : static_cast<float>(img.data[i * 3 + c]);
-      if (cfg.do_normalize) v = (v - cfg.mean[c]) / cfg.std[c];
-      out[c * plane + i] = v;
-    }
-}
-
 int size_field(const json& j, const char* key, const std::string& path, int fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   const json& v = j[key];
@@ -84,51 +71,20 @@ int size_field(const json& j, const char* key, const std::string& path, int fall
 }  // namespace
 
 Idefics3ProcessorConfig Idefics3ProcessorConfig::from_folder(const std::string& dir) {
-  namespace fs = std::filesystem;
   Idefics3ProcessorConfig c;
-  std::string path = (fs::path(dir) / "preprocessor_config.json").string();
-  json j;
+  std::string path;
+  const json j = read_image_processor_settings(dir, path);
+  if (j.is_null()) return c;
   try {
-    if (fs::exists(path)) {
-      std::ifstream in(path);
-      j = json::parse(in);
-    } else {
-      path = (fs::path(dir) / "processor_config.json").string();
-      if (!fs::exists(path)) return c;
-      std::ifstream in(path);
-      const json p = json::parse(in);
-      if (!p.contains("image_processor")) return c;
-      j = p["image_processor"];
-    }
-    TRIMKV_CHECK(j.is_object(), Format, "'", path, "': the image processor settings are not an object");
-    auto flag = [&](const char* key, bool fallback) {
-      return j.contains(key) && j[key].is_boolean() ? j[key].get<bool>() : fallback;
-    };
-    c.do_resize = flag("do_resize", c.do_resize);
-    c.do_image_splitting = flag("do_image_splitting", c.do_image_splitting);
-    c.do_rescale = flag("do_rescale", c.do_rescale);
-    c.do_normalize = flag("do_normalize", c.do_normalize);
+    c.do_resize = read_flag(j, "do_resize", c.do_resize);
+    c.do_image_splitting = read_flag(j, "do_image_splitting", c.do_image_splitting);
     c.longest_edge = size_field(j, "size", path, c.longest_edge);
     c.tile_size = size_field(j, "max_image_size", path, c.tile_size);
-    if (j.contains("resample") && !j["resample"].is_null())
-      c.resample = resample_filter_from_pil(j["resample"].get<int>(), "'" + path + "'");
-    if (j.contains("rescale_factor")) c.rescale_factor = j["rescale_factor"].get<double>();
-    for (const char* key : {"image_mean", "image_std"}) {
-      if (!j.contains(key) || j[key].is_null()) continue;
-      const json& v = j[key];
-      float* dst = std::string(key) == "image_mean" ? c.mean : c.std;
-      if (v.is_number()) {
-        dst[0] = dst[1] = dst[2] = v.get<float>();
-      } else {
-        TRIMKV_CHECK(v.is_array() && v.size() == 3, Config, "'", path, "': field '", key,
-                     "' must be a number or 3 numbers, got ", v.dump());
-        for (int i = 0; i < 3; ++i) dst[i] = v[i].get<float>();
-      }
-    }
-    for (float s : c.std) TRIMKV_CHECK(s != 0.0f, Config, "'", path, "': image_std must not be 0");
   } catch (const json::exception& e) {
     TRIMKV_FAIL(Format, "'", path, "': malformed image processor settings: ", e.what());
   }
+  read_resample(j, path, c.resample);
+  read_pixel_scaling(j, path, c.scaling);
   return c;
 }
 
@@ -169,7 +125,7 @@ Idefics3Tiles idefics3_preprocess(const RgbImage& input, const Idefics3Processor
     // Without splitting an image that fits already is not resized (the processor pads it; the
     // tower then masks the padding) - not a case of this pipeline: frames are tile x tile.
     TRIMKV_ASSERT(frames[i].width == tile && frames[i].height == tile);
-    normalise_into(frames[i], cfg, out + i * 3 * tile * tile);
+    scale_pixels_into(frames[i], cfg.scaling, out + i * 3 * tile * tile);
   }
   return t;
 }

@@ -13,6 +13,7 @@
 #include "trimkv/core/chat_template.h"
 #include "trimkv/core/kv_types.h"
 #include "trimkv/vision/image.h"
+#include "trimkv/vision/pixel_scaling.h"
 #include "trimkv/vision/resample.h"
 #include "trimkv/vision/vit.h"
 
@@ -29,11 +30,7 @@ struct Idefics3ProcessorConfig {
   int tile_size = 364;          // "max_image_size": {"longest_edge"}
   bool do_image_splitting = true;
   ResampleFilter resample = ResampleFilter::Lanczos;
-  bool do_rescale = true;
-  double rescale_factor = 1.0 / 255.0;
-  bool do_normalize = true;
-  float mean[3] = {0.5f, 0.5f, 0.5f};
-  float std[3] = {0.5f, 0.5f, 0.5f};
+  PixelScaling scaling;  // rescale 1/255, mean = std = 0.5
 
   // Reads <dir>/preprocessor_config.json, else the "image_processor" section of
   // <dir>/processor_config.json (transformers v5), else the defaults. Errors name file and field.

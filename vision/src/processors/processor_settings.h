@@ -1,0 +1,23 @@
+// Reading an image processor's settings (private to vision/): where transformers keeps them and
+// the fields every processor shares. Errors name the file and the field.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "trimkv/vision/pixel_scaling.h"
+#include "trimkv/vision/resample.h"
+
+namespace trimkv::vision {
+
+// <dir>/preprocessor_config.json, else the "image_processor" object of <dir>/processor_config.json
+// (transformers v5); a null value when neither holds settings. `path` receives the file read.
+nlohmann::json read_image_processor_settings(const std::string& dir, std::string& path);
+
+// do_rescale, rescale_factor, do_normalize, image_mean, image_std (a number or three).
+void read_pixel_scaling(const nlohmann::json& j, const std::string& path, PixelScaling& scaling);
+// "resample" (Pillow's number), when present.
+void read_resample(const nlohmann::json& j, const std::string& path, ResampleFilter& filter);
+// A boolean field, when present and boolean.
+bool read_flag(const nlohmann::json& j, const char* key, bool fallback);
+
+}  // namespace trimkv::vision
