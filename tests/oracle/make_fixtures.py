@@ -29,9 +29,11 @@ def main(argv):
     if "chat" in parts:  # after "models" (it adds chat templates to their folders) and "templates"
         import text_chat_fixtures
         text_chat_fixtures.main(DATA)
-    if "qwen2vl" in parts:  # the Qwen2-VL image processor (issue 16 groundwork)
+    if "qwen2vl" in parts:  # the Qwen2-VL image processor and M-RoPE positions (issue 16 groundwork)
         import qwen2_vl_processor_fixtures
         qwen2_vl_processor_fixtures.main(DATA)
+        import mrope_fixtures
+        mrope_fixtures.main(DATA)
     if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
         import demo_fixtures
         demo_fixtures.main(DATA)
