@@ -2,6 +2,7 @@
 
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/hf_cache.h"
 
 #include <cstdio>
 #include <sstream>
@@ -95,7 +96,7 @@ std::string Args::usage(const std::string& command, const std::string& summary,
   return os.str();
 }
 
-std::string Args::model_dir() const { return has("model") ? get("model") : default_model_dir(); }
+std::string Args::model_dir() const { return has("model") ? resolve_model_dir(get("model")) : default_model_dir(); }
 
 std::vector<TemplateVar> parse_template_vars(const Args& args) {
   std::vector<TemplateVar> vars;

@@ -34,7 +34,8 @@ class Args {
   int get_int(const std::string& name, int fallback) const;
   double get_double(const std::string& name, double fallback) const;
   bool flag(const std::string& name) const { return has(name); }
-  // --model, or the embedded demo model when it is not given.
+  // --model (a folder, or a Hugging Face repo id found in the local cache), or the embedded demo
+  // model when it is not given.
   std::string model_dir() const;
 
   static std::string usage(const std::string& command, const std::string& summary,

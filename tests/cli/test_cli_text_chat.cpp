@@ -112,3 +112,21 @@ TEST_CASE("trimkv chat refuses a folder without a chat template, naming it", "[c
   CHECK(r.code == 2);
   CHECK_THAT(r.err, Catch::Contains("has no chat template"));
 }
+
+TEST_CASE("--model takes a Hugging Face repo id found in the local cache, naming where it looked", "[cli][hf-cache]") {
+  trimkv::test::ScratchDir cache("cli-hf-cache");
+  const std::string repo = cache.path() + "/models--tiny--qwen2-chat";
+  std::filesystem::create_directories(repo + "/refs");
+  std::filesystem::create_directories(repo + "/snapshots");
+  trimkv::test::copy_model("qwen2", repo + "/snapshots/0123abcd");
+  trimkv::test::write_text(repo + "/refs/main", "0123abcd");
+  ::setenv("HF_HUB_CACHE", cache.path().c_str(), 1);
+  CliRun r = run({"generate", "--model", "tiny/qwen2-chat", "--chat", "--prompt", "Hi", "--max-new-tokens", "2",
+                  "--ignore-eos", "--json"});
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  r = run({"info", "--model", "tiny/absent"});
+  CHECK(r.code == 1);
+  CHECK_THAT(r.err, Catch::Contains("models--tiny--absent") && Catch::Contains("nothing is downloaded"));
+  ::unsetenv("HF_HUB_CACHE");
+}

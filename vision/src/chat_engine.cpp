@@ -13,6 +13,7 @@
 #include "trimkv/core/error.h"
 #include "trimkv/core/evictor.h"
 #include "trimkv/core/gate_file.h"
+#include "trimkv/core/hf_cache.h"
 #include "trimkv/core/kv_stats.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/text_turn_encoder.h"
@@ -41,7 +42,8 @@ ChatEngine::~ChatEngine() = default;
 
 bool ChatEngine::is_vlm_checkpoint(const std::string& dir) { return vision::is_vlm_checkpoint(dir); }
 
-std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& dir, const EngineOptions& options) {
+std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& spec, const EngineOptions& options) {
+  const std::string dir = resolve_model_dir(spec);  // a folder, or a repo id in the local HF cache
   apply_engine_options(options);
   auto impl = std::make_unique<Impl>();
   if (vision::is_vlm_checkpoint(dir)) {

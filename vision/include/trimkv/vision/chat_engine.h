@@ -45,7 +45,8 @@ class ChatEngine {
  public:
   // Whether `dir` is a checkpoint of a known vision-language family (reads config.json only).
   static bool is_vlm_checkpoint(const std::string& dir);
-  // Loads a checkpoint folder: a vision-language one, or a text model (then messages are text
+  // Loads a checkpoint folder (or a Hugging Face repo id found in the local cache, hf_cache.h):
+  // a vision-language one, or a text model (then messages are text
   // only: an image is refused naming it). Conversations render through the checkpoint's own chat
   // template with options.template_vars. Errors name the folder, file, field or tensor.
   static std::unique_ptr<ChatEngine> load(const std::string& dir, const EngineOptions& options = {});

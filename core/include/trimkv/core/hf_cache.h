@@ -1,0 +1,20 @@
+// Checkpoints as users hold them: a folder, or a Hugging Face repo id ("Qwen/Qwen2.5-VL-3B-Instruct")
+// resolved offline in the local Hugging Face cache (nothing is downloaded). The cache is
+// $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub; a repo is
+// <cache>/models--<owner>--<name>, its current files snapshots/<hash> with <hash> read from
+// refs/main (the layout huggingface_hub writes).
+#pragma once
+#include <string>
+
+namespace trimkv {
+
+// The Hugging Face hub cache folder this process would use (it may not exist).
+std::string hf_hub_cache_dir();
+
+// `spec` when it is an existing folder; else, when it looks like a repo id ("owner/name": one '/',
+// no leading '.', '/' or '~'), the snapshot folder of that repo in the cache. Error{Io} naming
+// the folder and the cache place looked at when neither exists; Error{Format} naming refs/main
+// when it is empty or points at a missing snapshot.
+std::string resolve_model_dir(const std::string& spec);
+
+}  // namespace trimkv
