@@ -786,29 +786,36 @@ void MainWindow::editTemplateVariables() {
       this, tr("Chat template variables"),
       tr("One NAME=VALUE per line; VALUE is read as JSON when it is one (true, 3, \"text\"), else as text.\n"
          "Template: %1\nA new conversation starts with them.").arg(template_file),
-      m_templateVars.join(QLatin1Char('\n')), &ok);
+      templateVariables().join(QLatin1Char('\n')), &ok);
   if (ok) setTemplateVariables(text.split(QLatin1Char('\n'), Qt::SkipEmptyParts));
 }
 
+namespace {
+// Template variables as the dialog shows them, one NAME=VALUE per line.
+QStringList templateVarLines(const std::vector<trimkv::TemplateVar>& vars) {
+  QStringList lines;
+  for (const trimkv::TemplateVar& v : vars) lines << QString::fromStdString(v.name + "=" + v.value);
+  return lines;
+}
+}  // namespace
+
+QStringList MainWindow::templateVariables() const { return templateVarLines(m_templateVars); }
+
 void MainWindow::setTemplateVariables(const QStringList& lines) {
   std::vector<trimkv::TemplateVar> vars;
-  QStringList kept;
   try {  // checked here, so the dialog never shows variables that are not in effect
-    for (const QString& line : lines) {
-      if (line.trimmed().isEmpty()) continue;
-      vars.push_back(trimkv::parse_template_var(line.toStdString()));
-      kept << line.trimmed();
-    }
+    for (const QString& line : lines)
+      if (!line.trimmed().isEmpty()) vars.push_back(trimkv::parse_template_var(line.toStdString()));
   } catch (const std::exception& e) {
     showError(tr("Cannot use these template variables"), QString::fromStdString(e.what()));
     return;
   }
-  if (kept == m_templateVars) return;  // unchanged: the conversation stays
+  const QStringList wanted = templateVarLines(vars);
+  if (wanted == templateVariables()) return;  // unchanged: the conversation stays
   stopGeneration();
   cancelEdit();
-  m_templateVars = kept;
-  m_templateVarValues = vars;
-  Q_EMIT requestTemplateVariables(kept);
+  m_templateVars = std::move(vars);
+  Q_EMIT requestTemplateVariables(wanted);
 }
 
 void MainWindow::saveConversation(const QString& path) { Q_EMIT requestSave(path); }
@@ -1370,7 +1377,7 @@ void MainWindow::onTranscriptForCompare(const std::vector<trimkv::Message>& mess
   CompareRequest request;
   request.modelDir = m_model.dir;
   request.gates = m_model.gates;
-  request.templateVars = m_templateVarValues;
+  request.templateVars = m_templateVars;
   request.messages = messages;
   request.sides[0] = m_compareSides[0];
   request.sides[1] = m_compareSides[1];

@@ -94,7 +94,7 @@ class MainWindow : public QMainWindow {
   // conversation starts with them).
   void editTemplateVariables();
   void setTemplateVariables(const QStringList& lines);
-  const QStringList& templateVariables() const { return m_templateVars; }
+  QStringList templateVariables() const;  // NAME=VALUE lines
   void saveConversation(const QString& path);
   void loadConversation(const QString& path);
   void addAttachments(const QStringList& paths);  // images for the next message
@@ -259,8 +259,7 @@ class MainWindow : public QMainWindow {
   QAction* m_compareAction = nullptr;
   QAction* m_evaluateAction = nullptr;
   QAction* m_templateVarsAction = nullptr;
-  QStringList m_templateVars;                          // as typed (trimmed lines)
-  std::vector<trimkv::TemplateVar> m_templateVarValues;  // the same, parsed
+  std::vector<trimkv::TemplateVar> m_templateVars;  // of the chat (and Compare)
   bool m_comparePending = false;  // waiting for the transcript to start a comparison
   trimkv::EvictionSettings m_compareSides[2];
   TourPanel* m_tour = nullptr;

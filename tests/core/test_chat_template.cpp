@@ -156,7 +156,7 @@ TEST_CASE("ChatFormat: Qwen3's cached answers keep their thinking block; a given
   CHECK(f.assistant_text({history[0]}, thought) == "<think>\nLet me see.\n</think>\n\nHello.<|im_end|>\n");
   // An empty answer (stopped at once) and an answer that is all thinking (cut at max tokens):
   // the next user turn is still there.
-  for (const std::string a : {std::string(), std::string("<think>\nhmm\n</think>")}) {
+  for (const std::string& a : {std::string(), std::string("<think>\nhmm\n</think>")}) {
     CAPTURE(a);
     const std::vector<Message> h = {history[0], text_message("assistant", a)};
     const std::string next = f.user_text(h, {ContentPart::text_part("Again")});

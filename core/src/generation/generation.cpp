@@ -165,7 +165,6 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
   r.prefill_ms = pre ? pre->prefill_ms : ms_since(t0);
   const TokenInfo decode_info = pre ? pre->decode_info : TokenInfo{};
   const int64_t vocab = model.config.vocab_size;
-  const auto& eos = model.config.eos_token_ids;
   const int64_t limit = model.config.max_position_embeddings;
   r.stop_reason = "max_tokens";
   auto t1 = std::chrono::steady_clock::now();
@@ -178,9 +177,7 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
     const int32_t next = sampler.sample(logits.data_ptr<float>(), vocab, history);
     r.tokens.push_back(next);
     history.push_back(next);
-    if (params.stop_at_eos && (std::find(eos.begin(), eos.end(), next) != eos.end() ||
-                               std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), next) !=
-                                   params.stop_token_ids.end())) {
+    if (params.stop_at_eos && is_stop_token(model.config, params, next)) {
       r.stop_reason = "eos";
       break;
     }
@@ -217,6 +214,12 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
   return r;
 }
 }  // namespace
+
+bool is_stop_token(const TextConfig& config, const GenerationParams& params, int32_t id) {
+  const auto& eos = config.eos_token_ids;
+  const auto& extra = params.stop_token_ids;
+  return std::find(eos.begin(), eos.end(), id) != eos.end() || std::find(extra.begin(), extra.end(), id) != extra.end();
+}
 
 void fill_kv_stats(const KvCache& cache, GenerationResult& r) {
   const KvBookkeeping& kv = cache.bookkeeping();

@@ -168,17 +168,21 @@ void Session::add_raw_prompt(const std::vector<ContentPart>& content, const std:
   add_prompt(content, false, cancel);
 }
 
-GenerationResult Session::generate_pending(const GenerationParams& params, const TextCallback& on_text,
-                                           const std::atomic<bool>* cancel) {
-  TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
-  const size_t mark = m_ids.size();
-  GenerationParams p = params;  // a chat answer also ends at the template's end-of-turn token
+GenerationParams Session::answer_params(const GenerationParams& params) const {
+  GenerationParams p = params;
   if (m_chat_turn) {
     const std::vector<int32_t> eot = m_encoder->end_of_turn_ids();
     p.stop_token_ids.insert(p.stop_token_ids.end(), eot.begin(), eot.end());
   }
+  return p;
+}
+
+GenerationResult Session::generate_pending(const GenerationParams& params, const TextCallback& on_text,
+                                           const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
+  const size_t mark = m_ids.size();
   try {
-    return trimkv::generate(*m_runner, m_pending, p, on_text, cancel);
+    return trimkv::generate(*m_runner, m_pending, answer_params(params), on_text, cancel);
   } catch (...) {
     // Drop whatever the failed generation appended; the prompt stays pending.
     if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
@@ -189,7 +193,7 @@ GenerationResult Session::generate_pending(const GenerationParams& params, const
 GenerationResult Session::generate(const GenerationParams& params, const TextCallback& on_text,
                                    const std::atomic<bool>* cancel) {
   const size_t mark = m_ids.size();
-  const std::vector<int32_t> end_of_turn = m_chat_turn ? m_encoder->end_of_turn_ids() : std::vector<int32_t>{};
+  const GenerationParams stops = answer_params(params);  // what ends the answer
   // What closes the answer, found before anything changes (a template may refuse).
   const std::vector<int32_t> close = m_chat_turn ? m_encoder->close_assistant_turn(m_transcript) : std::vector<int32_t>{};
   GenerationResult r = generate_pending(params, on_text, cancel);
@@ -215,12 +219,7 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
   if (m_chat_turn) {
     // Close the answer: its unfed tokens (not an end-of-turn token), then the family's closing.
     std::vector<int32_t> rest(r.tokens.begin() + static_cast<std::ptrdiff_t>(fed), r.tokens.end());
-    const auto& eos = m_model->config.eos_token_ids;
-    auto is_stop = [&](int32_t id) {
-      return std::find(eos.begin(), eos.end(), id) != eos.end() ||
-             std::find(end_of_turn.begin(), end_of_turn.end(), id) != end_of_turn.end();
-    };
-    if (!rest.empty() && is_stop(rest.back())) rest.pop_back();
+    if (!rest.empty() && is_stop_token(m_model->config, stops, rest.back())) rest.pop_back();
     rest.insert(rest.end(), close.begin(), close.end());
     if (!rest.empty()) {
       StreamSegment seg;

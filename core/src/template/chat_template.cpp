@@ -55,11 +55,6 @@ std::optional<std::pair<std::string, std::string>> template_field(const fs::path
   TRIMKV_FAIL(Config, "'", where, "' has no template named 'default' (it has: ", list, ")");
 }
 
-// Stands for an answer's text while finding where a template puts it: private-use code points
-// (U+E000, U+E001), which trim, upper/lower and capitalize leave alone (Python's strip() would
-// eat control characters such as \x1f).
-constexpr const char* kAnswerSentinel = "\xee\x80\x80" "trimkv-answer" "\xee\x80\x81";
-
 }  // namespace
 
 TemplateVar parse_template_var(const std::string& text) {
@@ -81,7 +76,7 @@ TemplateVar parse_template_var(const std::string& text) {
 
 struct ChatTemplate::Impl {
   std::shared_ptr<const jinja::Template> tmpl;
-  std::string origin, source;
+  std::string origin;
   ojson vars = ojson::object();  // bos_token, eos_token, the user's variables
 };
 
@@ -91,7 +86,6 @@ ChatTemplate ChatTemplate::from_source(const std::string& source, const std::str
   auto impl = std::make_shared<Impl>();
   impl->tmpl = std::make_shared<const jinja::Template>(jinja::Template::parse(source, origin));
   impl->origin = origin;
-  impl->source = source;
   return ChatTemplate(std::move(impl));
 }
 
@@ -158,7 +152,6 @@ std::string ChatTemplate::render(const std::vector<Message>& messages, bool add_
 }
 
 const std::string& ChatTemplate::origin() const { return m_impl->origin; }
-const std::string& ChatTemplate::source() const { return m_impl->source; }
 
 namespace {
 
@@ -169,9 +162,11 @@ size_t common_prefix(const std::string& a, const std::string& b) {
   return p;
 }
 
-// The content sentinel number k: private-use code points around a tag, so no template's string
-// operation changes it and no real text holds it.
-std::string sentinel(int k) { return std::string(kAnswerSentinel) + std::to_string(k) + "\xee\x80\x81"; }
+// The content sentinel number k, standing for a message's text while finding where a template
+// puts it: private-use code points (U+E000, U+E001) around a tag, which trim, upper/lower and
+// capitalize leave alone (Python's strip() would eat control characters such as \x1f) and no
+// real text holds.
+std::string sentinel(int k) { return "\xee\x80\x80trimkv-" + std::to_string(k) + "\xee\x80\x81"; }
 
 // How much of a closing two renderings share, cut back to the end of a line or tag when they
 // part inside one (so "<|end|>\n<|" becomes "<|end|>\n").
@@ -275,21 +270,21 @@ std::string ChatFormat::assistant_text(const std::vector<Message>& history, cons
   std::vector<Message> next = history;
   next.push_back(text_message("assistant", text));
   const std::string rendered = render(next, false);
-  const std::optional<Closing> c = closing(history, "assistant");
-  TRIMKV_CHECK(c, Unsupported, "chat template '", m_template.origin(),
-               "' does not render an assistant answer's text where it follows the generation prompt");
+  const Closing c = answer_closing(history);
   const size_t p = common_prefix(prompt, rendered);  // the generation prompt (or what it shares)
-  TRIMKV_CHECK(rendered.size() >= p + c->last.size() &&
-                   rendered.compare(rendered.size() - c->last.size(), c->last.size(), c->last) == 0,
+  TRIMKV_CHECK(rendered.size() >= p + c.last.size() &&
+                   rendered.compare(rendered.size() - c.last.size(), c.last.size(), c.last) == 0,
                Unsupported, "chat template '", m_template.origin(), "' closes this answer unlike any other");
-  return rendered.substr(p, rendered.size() - c->last.size() - p) + c->followed;
+  return rendered.substr(p, rendered.size() - c.last.size() - p) + c.followed;
 }
 
-std::string ChatFormat::answer_close(const std::vector<Message>& history) const {
-  const std::optional<Closing> c = closing(history, "assistant");
+std::string ChatFormat::answer_close(const std::vector<Message>& history) const { return answer_closing(history).followed; }
+
+ChatFormat::Closing ChatFormat::answer_closing(const std::vector<Message>& history) const {
+  std::optional<Closing> c = closing(history, "assistant");
   TRIMKV_CHECK(c, Unsupported, "chat template '", m_template.origin(),
                "' does not render an assistant answer's text where it follows the generation prompt");
-  return c->followed;
+  return std::move(*c);
 }
 
 }  // namespace trimkv

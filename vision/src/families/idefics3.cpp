@@ -65,7 +65,7 @@ class Idefics3Encoder final : public TextTurnEncoder {
   Idefics3Encoder(std::string dir, std::shared_ptr<Tokenizer> tok, LoadedChatFormat format,
                   std::vector<TemplateVar> vars, std::shared_ptr<Idefics3Vision> vision, Idefics3ProcessorConfig proc,
                   Idefics3TokenIds ids)
-      : TextTurnEncoder(std::move(dir), tok, std::move(format), std::move(vars)), m_tok(std::move(tok)),
+      : TextTurnEncoder(std::move(dir), std::move(tok), std::move(format), std::move(vars)),
         m_vision(std::move(vision)), m_proc(proc), m_ids(std::move(ids)) {}
 
   StreamSegment user_turn(const std::vector<Message>& history, const std::vector<ContentPart>& content,
@@ -73,7 +73,7 @@ class Idefics3Encoder final : public TextTurnEncoder {
                           const ImageTokenReducer& reduce) const override {
     TRIMKV_CHECK(!content.empty(), Input, "an empty user message");
     check_text_parts(content);
-    return encode(format().user_text(history, content), content, first_image_id, images, cancel, reduce);
+    return encode_content(format().user_text(history, content), content, first_image_id, images, cancel, reduce);
   }
   StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
                            std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
@@ -81,7 +81,7 @@ class Idefics3Encoder final : public TextTurnEncoder {
     check_text_parts(content);
     std::string text;
     for (const ContentPart& part : content) text += part.kind == ContentPart::Kind::Text ? part.text : kImagePlaceholder;
-    return encode(text, content, first_image_id, images, cancel, reduce, true);
+    return encode_content(text, content, first_image_id, images, cancel, reduce, true);
   }
 
  protected:
@@ -98,9 +98,9 @@ class Idefics3Encoder final : public TextTurnEncoder {
   // `text` holds one kImagePlaceholder per image part of `content`, in order: each becomes the
   // image's expanded prompt (tile markers and image tokens). Raw prompts keep the tokenizer's
   // special tokens (as the processor does on plain text); rendered template text adds none.
-  StreamSegment encode(const std::string& text, const std::vector<ContentPart>& content, int first_image_id,
-                       std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
-                       const ImageTokenReducer& reduce, bool raw = false) const {
+  StreamSegment encode_content(const std::string& text, const std::vector<ContentPart>& content, int first_image_id,
+                               std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
+                               const ImageTokenReducer& reduce, bool raw = false) const {
     const Idefics3Config& cfg = m_vision->config();
     const int seq = static_cast<int>(cfg.image_seq_len());
     const int side = static_cast<int>(cfg.vision.patches_per_side() / cfg.scale_factor);
@@ -133,7 +133,7 @@ class Idefics3Encoder final : public TextTurnEncoder {
     const std::string expanded =
         expand_image_placeholders(text, prompts, raw ? "the prompt" : "the chat template of '" + model_dir() + "'");
     StreamSegment seg;
-    seg.ids = raw ? m_tok->encode(expanded) : encode_rendered(expanded);
+    seg.ids = raw ? tokenizer().encode(expanded) : encode(expanded);
     seg.infos = idefics3_tag_tokens(seg.ids, m_ids, grids, side, first_image_id);
     if (reduce && !tiles.empty()) {
       reduce_image_tokens(seg, tiles, records, first_image_id, seq, reduce, cancel);
@@ -146,8 +146,6 @@ class Idefics3Encoder final : public TextTurnEncoder {
     images.insert(images.end(), records.begin(), records.end());
     return seg;
   }
-
-  std::vector<int32_t> encode_rendered(const std::string& text) const { return TextTurnEncoder::encode(text); }
 
   // visionzip after the connector: every tile's seq image tokens (pooled last-layer attention and
   // keys over each token's shuffle group) go through `reduce`; the tile's run of <image> ids
@@ -233,7 +231,6 @@ class Idefics3Encoder final : public TextTurnEncoder {
     if (!rows.empty()) seg.image_embeddings = at::cat(rows, 0);
   }
 
-  std::shared_ptr<Tokenizer> m_tok;
   std::shared_ptr<Idefics3Vision> m_vision;
   Idefics3ProcessorConfig m_proc;
   Idefics3TokenIds m_ids;

@@ -60,7 +60,6 @@ class ChatTemplate {
                      ContentStyle style) const;
 
   const std::string& origin() const;  // the file (and field) it came from
-  const std::string& source() const;
 
  private:
   struct Impl;
@@ -106,6 +105,7 @@ class ChatFormat {
   // The closing of a `role` message after `before`; nullopt when the template does not write
   // the message's text where it stands (Gemma 3 folds a system message into the next turn).
   std::optional<Closing> closing(const std::vector<Message>& before, const std::string& role) const;
+  Closing answer_closing(const std::vector<Message>& history) const;  // Error{Unsupported} if none
   std::string render(const std::vector<Message>& messages, bool add_generation_prompt) const {
     return m_template.render(messages, add_generation_prompt, m_style);
   }

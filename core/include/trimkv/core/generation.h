@@ -71,6 +71,10 @@ class TextRunner {
   const EntryScorer* m_scorer = nullptr;
 };
 
+// Whether `id` ends an answer as EOS does: one of the model's EOS ids or of params.stop_token_ids
+// (whatever params.stop_at_eos says; the generation loop stops at it only when that is set).
+bool is_stop_token(const TextConfig& config, const GenerationParams& params, int32_t id);
+
 // Fills r's kv_* fields from what `cache` holds now; the peak becomes max(peak, entries held).
 void fill_kv_stats(const KvCache& cache, GenerationResult& r);
 

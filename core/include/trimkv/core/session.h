@@ -164,6 +164,8 @@ class Session {
   void rebuild();  // cache := the stored segments
   // Generates the answer to the pending prompt; on failure the cache is rolled back to the mark
   // before the answer and the prompt stays pending.
+  // `params` for the pending answer: a chat turn's also ends at the template's end-of-turn token.
+  GenerationParams answer_params(const GenerationParams& params) const;
   GenerationResult generate_pending(const GenerationParams& params, const TextCallback& on_text,
                                     const std::atomic<bool>* cancel);
   void new_runner();
