@@ -49,6 +49,11 @@ ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
   i.max_position_embeddings = c.max_position_embeddings;
   i.tie_word_embeddings = c.tie_word_embeddings;
   i.rope_type = c.rope.type;
+  if (c.rope.multimodal()) {  // e.g. "default + mrope [16, 24, 24] chunked"
+    std::string sections;
+    for (int64_t x : c.rope.mrope_section) sections += (sections.empty() ? "" : ", ") + std::to_string(x);
+    i.rope_type += " + mrope [" + sections + "] " + (c.rope.mrope_interleaved ? "interleaved" : "chunked");
+  }
   i.rope_theta = c.rope.theta;
   i.has_tokenizer = m.tokenizer != nullptr;
   i.tokenizer_vocab_size = m.tokenizer ? m.tokenizer->vocab_size() : 0;

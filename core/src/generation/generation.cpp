@@ -53,6 +53,10 @@ TextRunner::TextRunner(const TextModel& model, KvCache& cache, int prefill_chunk
                    g.head_dim == want.head_dim,
                Input, "KV cache geometry does not match model '", model.dir, "'");
   m_n_tokens = static_cast<int64_t>(cache.bookkeeping().n_tokens());
+  // A stream already in the cache continues after its tokens' rotary positions (their time axis:
+  // exact for text; the Session starts multimodal streams on an empty cache).
+  for (const TokenInfo& t : cache.bookkeeping().tokens())
+    m_next_position = std::max<int64_t>(m_next_position, t.rope_position + 1);
 }
 
 void TextRunner::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
@@ -63,27 +67,41 @@ void TextRunner::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
 
 at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
                                      bool more_chunks, const at::Tensor& embeds,
-                                     const TokenInfo* per_token) {
+                                     const TokenInfo* per_token, const RopeOffset* rope,
+                                     int64_t rope_base) {
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<TokenInfo> infos(ids.size(), info_template);
   if (per_token) infos.assign(per_token, per_token + n);
   std::vector<int32_t> token_indices(ids.size());
-  std::vector<int64_t> pos(ids.size());
+  // Rotary positions: one axis, or time/row/column for a multimodal rope.
+  const bool multimodal = m_model->config.rope.multimodal();
+  std::vector<int64_t> pos(static_cast<size_t>((multimodal ? 3 : 1) * n));
+  int64_t next = m_next_position;
   for (int64_t i = 0; i < n; ++i) {
     token_indices[i] = static_cast<int32_t>(m_n_tokens + i);
     infos[i].token_index = token_indices[i];
-    infos[i].rope_position = token_indices[i];
-    pos[i] = token_indices[i];
+    const RopeOffset o = rope ? rope[i] : RopeOffset{};
+    const int64_t t = rope ? rope_base + o.t : m_next_position + i;
+    const int64_t h = rope ? rope_base + o.h : t, w = rope ? rope_base + o.w : t;
+    infos[i].rope_position = static_cast<int32_t>(t);
+    pos[i] = t;
+    if (multimodal) {
+      pos[n + i] = h;
+      pos[2 * n + i] = w;
+    }
+    next = std::max({next, t + 1, h + 1, w + 1});
   }
   if (m_evictor) m_evictor->before_forward(*m_cache, n);
   m_cache->register_tokens(infos);
   at::Tensor id_t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
   at::Tensor positions = at::tensor(pos, at::kLong);
+  if (multimodal) positions = positions.view({3, n});
   const TextDecoder& dec = *m_model->decoder;
   at::Tensor hidden =
       dec.forward_cached(embeds.defined() ? embeds : dec.embed(id_t), positions, token_indices,
                          *m_cache, m_scorer, m_evictor);
   m_n_tokens += n;
+  m_next_position = next;
   if (m_evictor) m_evictor->after_forward(*m_cache, n, more_chunks);
   return dec.logits(hidden.narrow(0, n - 1, 1)).view({-1});
 }
@@ -102,11 +120,13 @@ void TextRunner::check_prompt(const std::vector<int32_t>& ids) const {
 
 at::Tensor TextRunner::prefill_embedded(const std::vector<int32_t>& ids, const at::Tensor& embeds,
                                         const std::vector<TokenInfo>& infos,
-                                        const std::atomic<bool>* cancel) {
+                                        const std::atomic<bool>* cancel,
+                                        const std::vector<RopeOffset>& rope) {
   check_prompt(ids);
   TRIMKV_ASSERT(infos.size() == ids.size() && embeds.dim() == 2 &&
                 embeds.size(0) == static_cast<int64_t>(ids.size()) &&
-                embeds.size(1) == m_model->config.hidden_size);
+                embeds.size(1) == m_model->config.hidden_size && (rope.empty() || rope.size() == ids.size()));
+  const int64_t rope_base = m_next_position;  // the segment's offsets count from here
   at::Tensor logits;
   for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(m_prefill_chunk)) {
     if (begin > 0 && cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "prefill cancelled");
@@ -114,7 +134,7 @@ at::Tensor TextRunner::prefill_embedded(const std::vector<int32_t>& ids, const a
     const int64_t n = static_cast<int64_t>(end - begin);
     logits = forward_chunk(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), {},
                            end < ids.size(), embeds.narrow(0, static_cast<int64_t>(begin), n),
-                           infos.data() + begin);
+                           infos.data() + begin, rope.empty() ? nullptr : rope.data() + begin, rope_base);
   }
   return logits;
 }

@@ -39,10 +39,34 @@ at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
 }  // namespace
 
 RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tensor& positions) {
-  at::Tensor inv_freq = inverse_frequencies(rope, head_dim);                    // [hd/2]
-  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);  // [n, hd/2]
-  at::Tensor emb = at::cat({freqs, freqs}, -1);                                  // [n, hd]
+  at::Tensor inv_freq = inverse_frequencies(rope, head_dim);  // [hd/2]
+  at::Tensor freqs;                                           // [n, hd/2]
+  if (positions.dim() == 1) {
+    freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);
+  } else {
+    // Multimodal: angles on each axis [3, n, hd/2], then frequency k takes its section's axis.
+    TRIMKV_ASSERT(positions.dim() == 2 && positions.size(0) == 3 && rope.multimodal());
+    const at::Tensor per_axis = positions.to(at::kFloat).unsqueeze(2) * inv_freq.view({1, 1, -1});
+    const at::Tensor axis = at::tensor(mrope_axes(rope, head_dim / 2), at::kLong);  // [hd/2]
+    freqs = per_axis.permute({1, 2, 0}).gather(2, axis.view({1, -1, 1}).expand({positions.size(1), -1, 1})).squeeze(2);
+  }
+  at::Tensor emb = at::cat({freqs, freqs}, -1);  // [n, hd]
   return {emb.cos(), emb.sin()};
+}
+
+std::vector<int64_t> mrope_axes(const RopeConfig& rope, int64_t n_freq) {
+  const std::vector<int64_t>& s = rope.mrope_section;
+  TRIMKV_ASSERT(s.size() == 3);
+  std::vector<int64_t> axis(static_cast<size_t>(n_freq), 0);
+  for (int64_t k = 0; k < n_freq; ++k) {
+    if (rope.mrope_interleaved) {  // h at k % 3 == 1 below 3·s_h, w at k % 3 == 2 below 3·s_w
+      if (k % 3 == 1 && k < 3 * s[1]) axis[k] = 1;
+      else if (k % 3 == 2 && k < 3 * s[2]) axis[k] = 2;
+    } else {  // chunked: the first s_t frequencies time, the next s_h rows, the rest columns
+      axis[k] = k < s[0] ? 0 : k < s[0] + s[1] ? 1 : 2;
+    }
+  }
+  return axis;
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t) {

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/text_family.h"
 
 namespace trimkv {
 
@@ -80,6 +81,7 @@ std::vector<int32_t> ids_of(const json& v, const std::string& path, const char* 
 
 void parse_rope(const Fields& f, RopeConfig& rope) {
   rope.theta = f.double_or("rope_theta", rope.theta);
+  // A family's multimodal rotary default holds unless the settings give their own section.
   const json* params = f.get("rope_parameters");  // transformers v5
   if (!params) params = f.get("rope_scaling");    // transformers v4
   if (!params) return;
@@ -90,9 +92,18 @@ void parse_rope(const Fields& f, RopeConfig& rope) {
   std::string type = "default";
   if (p.contains("rope_type")) type = p["rope_type"].get<std::string>();
   else if (p.contains("type")) type = p["type"].get<std::string>();
-  // Multimodal rope ("mrope", with mrope_section) is handled by the VLM families; the text
-  // rotation itself is the default one.
+  // Multimodal rope: the legacy type "mrope" is the default rotation with sections.
   if (type == "mrope") type = "default";
+  if (p.contains("mrope_section")) {
+    TRIMKV_CHECK(p["mrope_section"].is_array() && !p["mrope_section"].empty(), Config, "'", f.path,
+                 "': mrope_section must be a list of integers, got ", p["mrope_section"].dump());
+    rope.mrope_section.clear();
+    for (const auto& x : p["mrope_section"]) {
+      TRIMKV_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0, Config, "'", f.path,
+                   "': mrope_section must hold non-negative integers, got ", p["mrope_section"].dump());
+      rope.mrope_section.push_back(x.get<int64_t>());
+    }
+  }
   TRIMKV_CHECK(type == "default" || type == "linear" || type == "llama3", Unsupported, "'", f.path,
                "': rope type '", type, "' is not supported (supported: default, linear, llama3)");
   rope.type = type;
@@ -115,10 +126,15 @@ TextConfig load_text_config(const std::string& config_path) {
                          : kEmpty;
   Fields f{text, top, config_path};
   TextConfig c;
+  TextConfigDefaults defaults;
   try {
     if (text.contains("model_type")) c.model_type = text["model_type"].get<std::string>();
     else if (top.contains("model_type")) c.model_type = top["model_type"].get<std::string>();
     TRIMKV_CHECK(!c.model_type.empty(), Config, "'", config_path, "' lacks 'model_type'");
+    if (const TextFamily* family = find_text_family_or_null(c.model_type)) defaults = family->defaults;
+    c.rope.theta = defaults.rope_theta;
+    c.rope.mrope_section = defaults.mrope_section;
+    c.rope.mrope_interleaved = defaults.mrope_interleaved;
     if (top.contains("architectures") && top["architectures"].is_array() &&
         !top["architectures"].empty())
       c.architecture = top["architectures"][0].get<std::string>();
@@ -128,9 +144,10 @@ TextConfig load_text_config(const std::string& config_path) {
     c.n_layer = f.required_int("num_hidden_layers");
     c.n_head = f.required_int("num_attention_heads");
     c.n_kv_head = f.int_or("num_key_value_heads", c.n_head);
-    c.head_dim = f.int_or("head_dim", c.hidden_size / c.n_head);
-    c.rms_norm_eps = f.double_or("rms_norm_eps", 1e-6);
-    c.max_position_embeddings = f.int_or("max_position_embeddings", 2048);
+    c.head_dim = defaults.head_dim_from_config ? f.int_or("head_dim", c.hidden_size / c.n_head)
+                                               : c.hidden_size / c.n_head;
+    c.rms_norm_eps = f.double_or("rms_norm_eps", defaults.rms_norm_eps);
+    c.max_position_embeddings = f.int_or("max_position_embeddings", defaults.max_position_embeddings);
     if (const json* v = f.get("tie_word_embeddings")) c.tie_word_embeddings = v->get<bool>();
     if (top.contains("tie_word_embeddings") && top["tie_word_embeddings"].is_boolean())
       c.tie_word_embeddings = top["tie_word_embeddings"].get<bool>();
@@ -149,6 +166,18 @@ TextConfig load_text_config(const std::string& config_path) {
                c.n_kv_head, ")");
   TRIMKV_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, Config, "'", config_path,
                "': head_dim must be even and positive, got ", c.head_dim);
+  if (c.rope.multimodal()) {
+    int64_t sum = 0;
+    std::string list;
+    for (int64_t s : c.rope.mrope_section) {
+      sum += s;
+      list += (list.empty() ? "" : ", ") + std::to_string(s);
+    }
+    TRIMKV_CHECK(sum == c.head_dim / 2, Config, "'", config_path, "': mrope_section [", list, "] sums to ", sum,
+                 " but must sum to head_dim / 2 = ", c.head_dim / 2, " (one section per rotary frequency)");
+    TRIMKV_CHECK(c.rope.mrope_section.size() == 3, Config, "'", config_path, "': mrope_section [", list,
+                 "] must have three sections (time, height, width)");
+  }
   TRIMKV_CHECK(c.hidden_act == "silu", Unsupported, "'", config_path, "': hidden_act '",
                c.hidden_act, "' is not supported by the text decoder (silu only)");
   return c;

@@ -177,7 +177,7 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
                                        const EntryScorer* scorer,
                                        AttentionObserver* observer) const {
   const int64_t n = x_in.size(0);
-  TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(0) == n);
+  TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(-1) == n);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
   return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
                                          const at::Tensor& k, const at::Tensor& v) {

@@ -56,14 +56,14 @@ void Session::rebuild() {
     // A fresh (owned) evictor gets the segment's token merges again; an external one has them.
     if (m_owned_settings && m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
-    m_runner->prefill_embedded(s.ids, s.embeds, s.infos);
+    m_runner->prefill_embedded(s.ids, s.embeds, s.infos, nullptr, s.rope);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
   }
 }
 
 at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel) {
   const int64_t n = static_cast<int64_t>(seg.ids.size());
-  TRIMKV_ASSERT(seg.infos.size() == seg.ids.size());
+  TRIMKV_ASSERT(seg.infos.size() == seg.ids.size() && (seg.rope.empty() || seg.rope.size() == seg.ids.size()));
   const int64_t limit = m_model->config.max_position_embeddings;
   TRIMKV_CHECK(static_cast<int64_t>(m_ids.size()) + n <= limit, Input, "this turn needs ", n,
                " positions but only ", limit - static_cast<int64_t>(m_ids.size()),
@@ -72,6 +72,7 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
   Stored s;
   s.ids = seg.ids;
   s.infos = seg.infos;
+  s.rope = seg.rope;
   for (TokenInfo& t : s.infos) t.turn = static_cast<int16_t>(turn);
   const TextDecoder& dec = *m_model->decoder;
   s.embeds = dec.embed(at::tensor(std::vector<int64_t>(seg.ids.begin(), seg.ids.end()), at::kLong));
@@ -90,7 +91,7 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
     s.merges.push_back(std::move(tm));
   }
   try {
-    at::Tensor logits = m_runner->prefill_embedded(s.ids, s.embeds, s.infos, cancel);
+    at::Tensor logits = m_runner->prefill_embedded(s.ids, s.embeds, s.infos, cancel, s.rope);
     if (m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
@@ -205,10 +206,7 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
     Stored s;
     s.ids.assign(r.tokens.begin(), r.tokens.begin() + static_cast<std::ptrdiff_t>(fed));
     s.infos.assign(fed, m_pending.decode_info);
-    for (size_t i = 0; i < fed; ++i) {
-      s.infos[i].token_index = static_cast<int32_t>(mark + i);
-      s.infos[i].rope_position = s.infos[i].token_index;
-    }
+    for (size_t i = 0; i < fed; ++i) s.infos[i].token_index = static_cast<int32_t>(mark + i);
     s.embeds = m_model->decoder->embed(at::tensor(std::vector<int64_t>(s.ids.begin(), s.ids.end()), at::kLong));
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
     m_stored.push_back(std::move(s));

@@ -37,11 +37,13 @@ class TextRunner {
   // features into the token embeddings). ids: [n] (image positions hold the image token id),
   // embeds: [n, hidden_size], infos: [n] (modality, turn, image fields; token_index and
   // rope_position are assigned here). `cancel` is polled between chunks: Error{Cancelled}, with
-  // the chunks already run left in the cache (the Session rolls back). Returns [vocab] logits of
-  // the last position.
+  // the chunks already run left in the cache (the Session rolls back). `rope` ([n] or empty):
+  // the positions' multimodal rotary offsets from the segment's start (a model with M-RoPE);
+  // empty: sequential positions. Returns [vocab] logits of the last position.
   at::Tensor prefill_embedded(const std::vector<int32_t>& ids, const at::Tensor& embeds,
                               const std::vector<TokenInfo>& infos,
-                              const std::atomic<bool>* cancel = nullptr);
+                              const std::atomic<bool>* cancel = nullptr,
+                              const std::vector<RopeOffset>& rope = {});
 
   // Eviction (evictor.h): after every forward the evictor may compress the cache; `scorer`
   // (nullable) gives each new entry its log β (retention gates). Error{Input} before any work
@@ -51,22 +53,28 @@ class TextRunner {
   Evictor* evictor() const { return m_evictor; }
 
   int64_t n_tokens() const { return m_n_tokens; }  // tokens in the stream so far
+  // The rotary position of the next text token: n_tokens() for plain RoPE; with M-RoPE the
+  // largest position so far + 1 (images advance by their grid's longer side, not their tokens).
+  int64_t next_position() const { return m_next_position; }
   const TextModel& model() const { return *m_model; }
   KvCache& cache() { return *m_cache; }
 
  private:
   // more_chunks: another chunk of the same prefill follows (eviction trigger, evictor.h).
   // embeds: [n, d] input embeddings (undefined: looked up from ids); per_token: [n] infos
-  // replacing info_template (nullable).
+  // replacing info_template (nullable); rope: [n] offsets from rope_base (nullable: sequential
+  // from next_position()).
   at::Tensor forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
                            bool more_chunks = false, const at::Tensor& embeds = {},
-                           const TokenInfo* per_token = nullptr);
+                           const TokenInfo* per_token = nullptr, const RopeOffset* rope = nullptr,
+                           int64_t rope_base = 0);
   void check_prompt(const std::vector<int32_t>& ids) const;  // non-empty, fits, in vocabulary
 
   const TextModel* m_model;
   KvCache* m_cache;
   int m_prefill_chunk;
   int64_t m_n_tokens = 0;
+  int64_t m_next_position = 0;
   Evictor* m_evictor = nullptr;
   const EntryScorer* m_scorer = nullptr;
 };

@@ -16,13 +16,19 @@ const char* modality_name(Modality modality);
 // One position of the token stream (every token ever appended, evicted or not).
 struct TokenInfo {
   int32_t token_index = 0;    // sequential, 0-based; == the position in the stream
-  int32_t rope_position = 0;  // the position RoPE used (M-RoPE: the temporal component)
+  int32_t rope_position = 0;  // the position RoPE used (M-RoPE: its time axis)
   Modality modality = Modality::Text;
   int16_t turn = 0;       // conversation turn the token belongs to
   int16_t image_id = -1;  // -1: not part of an image
   int16_t tile = 0;       // tile of the image (families that tile), else 0
   int16_t patch_row = 0;  // patch grid position inside the image / tile
   int16_t patch_col = 0;
+};
+
+// A token's multimodal rotary position (Qwen-VL M-RoPE, shared/QWEN-VL.md §4) relative to the
+// start of the segment it is appended with: time, row, column. A text token's three are equal.
+struct RopeOffset {
+  int32_t t = 0, h = 0, w = 0;
 };
 
 // Per cached entry: what a policy needs to score it (METHOD.md §2, §4).

@@ -4,6 +4,8 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <vector>
+
 #include "trimkv/core/model_config.h"
 
 namespace trimkv {
@@ -12,12 +14,18 @@ namespace trimkv {
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
 // Rotary tables for the given positions: cos, sin each [n, head_dim] (the rotate-half layout,
-// halves duplicated). positions: [n] int64.
+// halves duplicated). positions: [n] int64, or [3, n] (time, row, column) for a multimodal rope:
+// frequency k then turns by the axis mrope_axes gives it. Angles are float32 products, as
+// transformers computes them.
 struct RopeTables {
   at::Tensor cos;  // [n, head_dim]
   at::Tensor sin;  // [n, head_dim]
 };
 RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tensor& positions);
+
+// The axis (0 time, 1 row, 2 column) of each of the n_freq rotary frequencies of a multimodal
+// rope: chunked sections (Qwen2-VL, Qwen2.5-VL) or interleaved ones (Qwen3-VL).
+std::vector<int64_t> mrope_axes(const RopeConfig& rope, int64_t n_freq);
 
 // x: [n, n_heads, head_dim]; returns x*cos + rotate_half(x)*sin (rotate-half convention).
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t);

@@ -15,6 +15,22 @@ struct RopeConfig {
   double low_freq_factor = 1.0;              // llama3
   double high_freq_factor = 4.0;             // llama3
   int64_t original_max_position = 8192;      // llama3
+  // Multimodal rotary (Qwen-VL, shared/QWEN-VL.md §4): positions come on three axes (time, row,
+  // column) and frequency k of the head_dim/2 rotates by the axis its section assigns. Empty:
+  // plain one-axis RoPE. Sums to head_dim/2 (checked when the config is read).
+  std::vector<int64_t> mrope_section;
+  bool mrope_interleaved = false;  // Qwen3-VL: sections interleaved (t h w t h w ...), else chunked
+  bool multimodal() const { return !mrope_section.empty(); }
+};
+
+// Defaults of a decoder family's config class, for fields a config.json leaves out.
+struct TextConfigDefaults {
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  int64_t max_position_embeddings = 2048;
+  std::vector<int64_t> mrope_section;  // multimodal rotary default (empty: plain RoPE)
+  bool mrope_interleaved = false;
+  bool head_dim_from_config = true;    // false: head_dim = hidden_size / heads whatever it says
 };
 
 struct TextConfig {
@@ -38,7 +54,9 @@ struct TextConfig {
   std::string torch_dtype;
 };
 
-// Parses `config_path` (a config.json). Errors name the file and the field.
+// Parses `config_path` (a config.json); fields it leaves out take the defaults of the decoder
+// family its model_type names (text_family.h), the generic ones for a type no family serves.
+// Errors name the file and the field (an mrope_section that does not sum to head_dim / 2 too).
 TextConfig load_text_config(const std::string& config_path);
 
 // Reads eos ids from generation_config.json next to config.json when present (they override the

@@ -36,6 +36,8 @@ struct StreamSegment {
                                   //     modality is Image, in stream order; undefined if none
   std::vector<TokenMerge> token_merges;  // image-token reductions (ImageTokenReducer) made in
                                          // this segment; first_token counts from its start
+  std::vector<RopeOffset> rope;  // [n] multimodal rotary offsets from the segment's start
+                                 // (M-RoPE families), or empty: sequential positions
 };
 
 // Reduces the image tokens of one vision-tower pass (an image, or one tile of a tiled image)
@@ -158,6 +160,7 @@ class Session {
     std::vector<TokenInfo> infos; // [n]
     at::Tensor embeds;            // [n, hidden_size]
     std::vector<TokenMerge> merges;  // token_merges of the segment, first_token absolute
+    std::vector<RopeOffset> rope;    // as StreamSegment::rope
   };
   // Prefills `seg` as message `turn`; on any error rolls back and rethrows. Returns [vocab].
   at::Tensor append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel);

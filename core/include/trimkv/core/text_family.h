@@ -27,16 +27,23 @@ struct TextFamily {
   std::vector<std::string> model_types;  // config model_type values it serves
   std::vector<LayerTensorSpec> layer_tensors;
   const char* description;               // one line for `trimkv info`
+  TextConfigDefaults defaults = {};      // its config class's defaults
 };
 
 // The registry. find_text_family throws Error{Unsupported} naming the model_type, the config
 // file and every supported type.
 const TextFamily& find_text_family(const std::string& model_type, const std::string& config_path);
+// The family serving `model_type`, or null.
+const TextFamily* find_text_family_or_null(const std::string& model_type);
 std::vector<std::string> supported_text_model_types();
 
 // Each family file defines one of these.
 const TextFamily& llama_family();
 const TextFamily& qwen2_family();
 const TextFamily& qwen3_family();
+const TextFamily& qwen2_vl_text_family();  // Qwen2-VL / Qwen2.5-VL decoders: Qwen2 + M-RoPE
+
+// The Qwen2 decoder's tensor table (Qwen2 and the Qwen2-VL line share it).
+const std::vector<LayerTensorSpec>& qwen2_layer_tensors();
 
 }  // namespace trimkv
