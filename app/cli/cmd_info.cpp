@@ -53,7 +53,8 @@ int cmd_info(int argc, char** argv, int first) {
                    {"patch_size", v.patch_size}, {"scale_factor", v.scale_factor},
                    {"tokens_per_tile", v.image_seq_len}, {"image_token_id", v.image_token_id},
                    {"longest_edge", v.longest_edge}, {"tile_size", v.tile_size},
-                   {"image_splitting", v.image_splitting}, {"resample", v.resample}};
+                   {"image_splitting", v.image_splitting}, {"resample", v.resample},
+                   {"min_pixels", v.min_pixels}, {"max_pixels", v.max_pixels}};
   }
   if (args.flag("json")) {
     std::cout << j.dump(2) << "\n";
@@ -79,13 +80,20 @@ int cmd_info(int argc, char** argv, int first) {
   if (vlm) {
     const vision::VisionInfo v = vlm->vision_info();
     std::cout << "vision         " << v.n_layer << " layers, hidden " << v.hidden_size << ", " << v.n_head
-              << " heads, MLP " << v.intermediate_size << ", " << v.vision_parameters << " parameters\n"
-              << "images         tiles of " << v.image_size << "x" << v.image_size << " px, patch "
-              << v.patch_size << ", pixel shuffle x" << v.scale_factor << " -> " << v.image_seq_len
-              << " tokens per tile\n"
-              << "preprocessing  longest edge " << v.longest_edge << ", "
-              << (v.image_splitting ? "split into tiles + global image" : "one tile per image") << ", "
-              << v.resample << " resampling\n";
+              << " heads, MLP " << v.intermediate_size << ", " << v.vision_parameters << " parameters\n";
+    if (v.max_pixels > 0) {  // any resolution: a grid of merged patches per image
+      std::cout << "images         any size, resized to " << v.min_pixels << ".." << v.max_pixels
+                << " pixels in multiples of " << v.patch_size * v.scale_factor << ", patch " << v.patch_size
+                << ", " << v.scale_factor << "x" << v.scale_factor << " patches merged per token\n"
+                << "preprocessing  " << v.resample << " resampling\n";
+    } else {
+      std::cout << "images         tiles of " << v.image_size << "x" << v.image_size << " px, patch "
+                << v.patch_size << ", pixel shuffle x" << v.scale_factor << " -> " << v.image_seq_len
+                << " tokens per tile\n"
+                << "preprocessing  longest edge " << v.longest_edge << ", "
+                << (v.image_splitting ? "split into tiles + global image" : "one tile per image") << ", "
+                << v.resample << " resampling\n";
+    }
   }
   return 0;
 }

@@ -29,11 +29,13 @@ def main(argv):
     if "chat" in parts:  # after "models" (it adds chat templates to their folders) and "templates"
         import text_chat_fixtures
         text_chat_fixtures.main(DATA)
-    if "qwen2vl" in parts:  # the Qwen2-VL image processor and M-RoPE positions (issue 16 groundwork)
+    if "qwen2vl" in parts:  # the Qwen2-VL image processor, M-RoPE positions, tiny Qwen2-VL / 2.5-VL models
         import qwen2_vl_processor_fixtures
         qwen2_vl_processor_fixtures.main(DATA)
         import mrope_fixtures
         mrope_fixtures.main(DATA)
+        import qwen2_vl_fixtures  # after "tokenizers" (its tokenizer extends the smollm2 one)
+        qwen2_vl_fixtures.main(DATA)
     if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
         import demo_fixtures
         demo_fixtures.main(DATA)

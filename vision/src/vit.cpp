@@ -27,19 +27,22 @@ std::vector<int64_t> shape_of(VitTensor role, const VitConfig& c) {
   }
 }
 
-at::Tensor activation(const at::Tensor& x, const std::string& act) {
+}  // namespace
+
+at::Tensor vit_activation(const at::Tensor& x, const std::string& act) {
   if (act == "gelu_pytorch_tanh" || act == "gelu_new") return at::gelu(x, "tanh");
   if (act == "gelu") return at::gelu(x);
   if (act == "quick_gelu") return x * at::sigmoid(1.702 * x);
+  if (act == "silu") return at::silu(x);
   TRIMKV_FAIL(Unsupported, "vision activation '", act, "'");
 }
 
-}  // namespace
 
 void check_vit_activation(const std::string& act, const std::string& where) {
-  TRIMKV_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu" || act == "quick_gelu",
+  TRIMKV_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu" || act == "quick_gelu" ||
+                   act == "silu",
                Unsupported, where, ": vision hidden_act '", act,
-               "' is not supported (gelu_pytorch_tanh, gelu_new, gelu, quick_gelu)");
+               "' is not supported (gelu_pytorch_tanh, gelu_new, gelu, quick_gelu, silu)");
 }
 
 std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::string& layers_prefix,
@@ -77,41 +80,47 @@ at::Tensor vit_block_batched(const at::Tensor& x, const VitLayerWeights& w, cons
   at::Tensor attn = at::matmul(probs, qkv[2]).permute({0, 2, 1, 3}).reshape({b, n, d});
   at::Tensor y = x + at::linear(attn, w.w_o, w.b_o);
   at::Tensor m = at::layer_norm(y, {d}, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
-  return y + at::linear(activation(at::linear(m, w.w_fc1, w.b_fc1), cfg.hidden_act), w.w_fc2, w.b_fc2);
+  return y + at::linear(vit_activation(at::linear(m, w.w_fc1, w.b_fc1), cfg.hidden_act), w.w_fc2, w.b_fc2);
 }
 
-at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg,
-                     VitAttentionStats* stats) {
-  const int64_t n = x.size(0), d = cfg.hidden_size, nh = cfg.n_head, hd = cfg.head_dim();
-  at::Tensor h = at::layer_norm(x, {d}, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
-  at::Tensor qkv = kernels::linear_auto(h, w.w_qkv, w.b_qkv);                 // [n, 3D]
+at::Tensor bidirectional_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                                   VitAttentionStats* stats) {
+  const int64_t n = q.size(0), nh = q.size(1), hd = q.size(2);
   // Per head, both products through linear_gemm (oneDNN when built with it): the BLAS behind
   // at::matmul may be a generic build several times slower (README "Benchmarks").
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  at::Tensor attn = at::empty({n, d}, x.options());  // [n, D]
+  at::Tensor out = at::empty({n, nh * hd}, q.options());
   at::Tensor received, keys;
   if (stats) {
-    received = at::zeros({n}, x.options().dtype(at::kFloat));
-    keys = at::zeros({n, hd}, x.options().dtype(at::kFloat));
+    received = at::zeros({n}, q.options().dtype(at::kFloat));
+    keys = at::zeros({n, hd}, q.options().dtype(at::kFloat));
   }
   for (int64_t h = 0; h < nh; ++h) {
-    const at::Tensor q = qkv.narrow(1, h * hd, hd);                                   // [n, hd]
-    const at::Tensor k = qkv.narrow(1, d + h * hd, hd).contiguous();                  // [n, hd]
-    const at::Tensor vt = qkv.narrow(1, 2 * d + h * hd, hd).t().contiguous();         // [hd, n]
-    const at::Tensor probs = at::softmax(kernels::linear_gemm(q, k) * scale, -1);    // [n, n]
-    attn.narrow(1, h * hd, hd).copy_(kernels::linear_gemm(probs, vt));                // [n, hd]
+    const at::Tensor kh = k.select(1, h).contiguous();                               // [n, hd]
+    const at::Tensor vt = v.select(1, h).t().contiguous();                           // [hd, n]
+    const at::Tensor probs = at::softmax(kernels::linear_gemm(q.select(1, h), kh) * scale, -1);  // [n, n]
+    out.narrow(1, h * hd, hd).copy_(kernels::linear_gemm(probs, vt));                // [n, hd]
     if (stats) {
       received.add_(probs.sum(0).to(at::kFloat));  // column sums: attention received
-      keys.add_(k.to(at::kFloat));
+      keys.add_(kh.to(at::kFloat));
     }
   }
   if (stats) {
     stats->received = received / static_cast<double>(nh * n);
     stats->keys = keys / static_cast<double>(nh);
   }
+  return out;
+}
+
+at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg,
+                     VitAttentionStats* stats) {
+  const int64_t n = x.size(0), d = cfg.hidden_size, nh = cfg.n_head, hd = cfg.head_dim();
+  at::Tensor h = at::layer_norm(x, {d}, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
+  const at::Tensor qkv = kernels::linear_auto(h, w.w_qkv, w.b_qkv).view({n, 3, nh, hd});  // [n, 3, nh, hd]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const at::Tensor attn = bidirectional_attention(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2), scale, stats);
   at::Tensor y = x + kernels::linear_auto(attn, w.w_o, w.b_o);
   at::Tensor m = at::layer_norm(y, {d}, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
-  m = kernels::linear_auto(activation(kernels::linear_auto(m, w.w_fc1, w.b_fc1), cfg.hidden_act),
+  m = kernels::linear_auto(vit_activation(kernels::linear_auto(m, w.w_fc1, w.b_fc1), cfg.hidden_act),
                            w.w_fc2, w.b_fc2);
   return y + m;
 }

@@ -8,17 +8,15 @@
 
 namespace trimkv {
 
-size_t count_image_placeholders(const std::string& text) {
-  const std::string marker = kImagePlaceholder;
+size_t count_image_placeholders(const std::string& text, const std::string& marker) {
   size_t n = 0;
   for (size_t p = text.find(marker); p != std::string::npos; p = text.find(marker, p + marker.size())) ++n;
   return n;
 }
 
 std::string expand_image_placeholders(const std::string& text, const std::vector<std::string>& expansions,
-                                      const std::string& what) {
-  const std::string marker = kImagePlaceholder;
-  const size_t n = count_image_placeholders(text);
+                                      const std::string& what, const std::string& marker) {
+  const size_t n = count_image_placeholders(text, marker);
   TRIMKV_CHECK(n == expansions.size(), Unsupported, what, " writes ", n, " ", marker, " marker",
                n == 1 ? "" : "s", " for ", expansions.size(), " image", expansions.size() == 1 ? "" : "s");
   std::string out;

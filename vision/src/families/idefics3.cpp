@@ -125,6 +125,7 @@ class Idefics3Encoder final : public TextTurnEncoder {
       r.n_tiles = static_cast<int>(t.pixels.size(0));
       r.tile_size = m_proc.tile_size;
       r.grid_side = side;
+      r.grid_rows = r.grid_cols = side;
       r.n_image_tokens = static_cast<int64_t>(r.n_tiles) * seq;
       records.push_back(r);
       grids.emplace_back(t.rows, t.cols);

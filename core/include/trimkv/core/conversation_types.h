@@ -28,13 +28,14 @@ struct Message {
   std::vector<ContentPart> content;
 };
 
-// How many kImagePlaceholder markers `text` holds.
-size_t count_image_placeholders(const std::string& text);
+// How many `marker`s (kImagePlaceholder unless given) `text` holds.
+size_t count_image_placeholders(const std::string& text, const std::string& marker = kImagePlaceholder);
 
-// `text` with its k-th kImagePlaceholder replaced by expansions[k]. Error{Unsupported} naming
-// `what` (e.g. the chat template) when the numbers of markers and expansions differ.
+// `text` with its k-th `marker` (kImagePlaceholder unless a family's template writes its own,
+// e.g. <|image_pad|>) replaced by expansions[k]. Error{Unsupported} naming `what` (e.g. the chat
+// template) when the numbers of markers and expansions differ.
 std::string expand_image_placeholders(const std::string& text, const std::vector<std::string>& expansions,
-                                      const std::string& what);
+                                      const std::string& what, const std::string& marker = kImagePlaceholder);
 
 // `text` with kImagePlaceholder markers and the images that fill them, in order, as content
 // parts; when the text has no placeholder the images go first. Error{Input} when the text has
@@ -49,11 +50,13 @@ std::vector<ContentPart> content_from_prompt(const std::string& text,
 std::vector<Message> read_messages_file(const std::string& path);
 
 // An image of the conversation as the model saw it: enough to draw every one of its KV entries
-// back onto the picture. A visual token with (tile t, patch row r, patch col c) covers, in the
-// resized image, the square of side tile_size / grid_side pixels at
+// back onto the picture. Each tile holds grid_rows x grid_cols visual tokens. A visual token with
+// (tile t, patch row r, patch col c) of a split image covers, in the resized image, the square
+// of side tile_size / grid_side pixels at
 //   x = (t % tile_cols) * tile_size + c * tile_size / grid_side,  y likewise with rows
 // for t < tile_rows * tile_cols; the last tile (the global image, or the only one when the image
-// was not split) covers the whole image, scaled to tile_size x tile_size.
+// was not split) covers the whole resized image, cut into grid_rows x grid_cols cells (any
+// aspect ratio: Qwen-VL's merged grid).
 struct ImageRecord {
   int16_t image_id = -1;
   std::string source;                          // file path
@@ -62,7 +65,8 @@ struct ImageRecord {
   int tile_rows = 0, tile_cols = 0;            // 0, 0: not split (one tile)
   int n_tiles = 0;                             // tile_rows * tile_cols + 1, or 1
   int tile_size = 0;                           // pixels per tile side
-  int grid_side = 0;                           // visual tokens per tile side
+  int grid_side = 0;                           // visual tokens per tile side (square tiles)
+  int grid_rows = 0, grid_cols = 0;            // visual tokens per tile: rows x columns
   int64_t n_image_tokens = 0;                  // positions of modality image
 };
 

@@ -71,6 +71,16 @@ struct VitAttentionStats {
 at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg,
                      VitAttentionStats* stats = nullptr);
 
+// Full (unmasked) multi-head attention within one segment of tokens: q, k, v [n, n_head, hd]
+// -> [n, n_head * hd], softmax in float32. `stats` (optional) receives what the attention says
+// about the segment's tokens.
+at::Tensor bidirectional_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
+                                   VitAttentionStats* stats = nullptr);
+
+// The MLP activations of the towers: gelu_pytorch_tanh / gelu_new, gelu (erf), quick_gelu, silu
+// (check_vit_activation names the supported ones).
+at::Tensor vit_activation(const at::Tensor& x, const std::string& act);
+
 // The same block over a batch x [B, n, D] in plain differentiable ATen ops (training; no stats).
 at::Tensor vit_block_batched(const at::Tensor& x, const VitLayerWeights& w, const VitConfig& cfg);
 

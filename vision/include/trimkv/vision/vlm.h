@@ -37,5 +37,6 @@ std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<Tem
 std::vector<std::string> supported_vlm_model_types();
 
 const VlmFamily& idefics3_family();  // idefics3.cpp
+const VlmFamily& qwen2_vl_family();  // qwen2_vl.cpp
 
 }  // namespace trimkv::vision

@@ -1,0 +1,383 @@
+// Qwen2-VL / Qwen2.5-VL against transformers (tests/oracle/qwen2_vl_fixtures.py): loading (v5
+// and legacy layouts), windows, vision tower and merger, prompt ids and M-RoPE positions, logits
+// one-shot and chunked, greedy decoding, eviction, and bad input.
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <functional>
+#include <map>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/evictor.h"
+#include "trimkv/core/eviction_policy.h"
+#include "trimkv/core/kv_stats.h"
+#include "trimkv/core/session.h"
+#include "trimkv/core/weight_store.h"
+#include "trimkv/vision/qwen2_vl.h"
+#include "trimkv/vision/qwen2_vl_processor.h"
+#include "trimkv/vision/vlm.h"
+#include "vision_test_util.h"
+
+using namespace trimkv;
+using namespace trimkv::vision;
+
+namespace {
+
+constexpr double kTol = 1e-4;
+const char* const kFamilies[] = {"qwen2_vl", "qwen2_5_vl"};
+
+const VlmModel& model(const std::string& name) {
+  static std::map<std::string, std::shared_ptr<VlmModel>> cache;
+  auto& m = cache[name];
+  if (!m) m = load_vlm(test::vlm_model(name));
+  return *m;
+}
+nlohmann::json expected(const std::string& name) {
+  return test::read_json(test::vlm_model(name) + "/expected.json");
+}
+at::Tensor expected_tensor(const std::string& name, const std::string& key) {
+  const WeightStore ws = WeightStore::open_file(test::vlm_model(name) + "/expected.safetensors");
+  return ws.load({key}, {});
+}
+const QwenVisionTower& tower_of(const std::string& name) {
+  static std::map<std::string, std::shared_ptr<QwenVisionTower>> cache;
+  auto& t = cache[name];
+  if (!t) {
+    const Qwen2VlConfig cfg = Qwen2VlConfig::from_file(test::vlm_model(name) + "/config.json");
+    t = QwenVisionTower::load(cfg.vision, 64, WeightStore::open_folder(test::vlm_model(name)));
+  }
+  return *t;
+}
+
+ContentPart img(const char* name) { return ContentPart::image_part(test::vlm_image(name)); }
+ContentPart txt(const char* text) { return ContentPart::text_part(text); }
+
+struct Case {
+  const char* name;
+  std::vector<ContentPart> user;
+  const char* system = "";
+};
+std::vector<Case> single_turn_cases() {
+  return {{"single", {img("qwen_a.png"), txt("Describe it.")}},
+          {"two_images", {txt("Compare "), img("qwen_tall.png"), txt(" and "), img("qwen_b.png")}},
+          {"system", {txt("What is here?"), img("qwen_tiny.png")}, "You are terse."},
+          {"wide", {img("qwen_wide.png")}}};
+}
+const std::vector<ContentPart> kTurn1 = {img("qwen_a.png"), txt("What is this?")};
+const char* const kAnswer = "A small test picture.";
+const std::vector<ContentPart> kTurn2 = {txt("And this one: "), img("qwen_tall.png"), txt(" Which is brighter?")};
+
+// The patches of the k-th image of a case, as our processor makes them.
+Qwen2VlPatches patches_of(const std::string& family, const std::string& file) {
+  return qwen2_vl_preprocess(decode_image_file(test::vlm_image(file)),
+                             Qwen2VlProcessorConfig::from_folder(test::vlm_model(family)));
+}
+
+}  // namespace
+
+TEST_CASE("Qwen2-VL: both families load from v5 and legacy layouts with their config defaults", "[qwen2vl]") {
+  for (const char* name : {"qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_legacy"}) {
+    CAPTURE(name);
+    const VlmModel& m = model(name);
+    REQUIRE(m.info.family == "qwen2_vl");
+    REQUIRE(m.info.takes_images());
+    const TextConfig& c = m.text.config;
+    REQUIRE(c.rope.mrope_section == std::vector<int64_t>{2, 3, 3});
+    REQUIRE_FALSE(c.rope.mrope_interleaved);
+    REQUIRE((c.head_dim == 16 && c.n_layer == 2 && c.n_kv_head == 2 && c.rms_norm_eps == 1e-6));
+    REQUIRE(c.rope.theta == 1e6);
+    REQUIRE(c.eos_token_ids == std::vector<int32_t>{2, 0});  // generation_config.json
+    REQUIRE(m.info.min_pixels == 56 * 56);
+    REQUIRE(m.info.max_pixels == 28 * 28 * 64);
+  }
+  REQUIRE(model("qwen2_vl").info.n_layer == 2);
+  REQUIRE(model("qwen2_5_vl").info.n_layer == 4);
+  REQUIRE(Qwen2VlConfig::from_file(test::vlm_model("qwen2_5_vl") + "/config.json").vision.full_attention(3));
+  REQUIRE_FALSE(Qwen2VlConfig::from_file(test::vlm_model("qwen2_5_vl") + "/config.json").vision.full_attention(2));
+}
+
+TEST_CASE("Qwen2.5-VL windows equal get_vision_window_index", "[qwen2vl]") {
+  // shared/QWEN-VL.md §3: grids (1,8,8) and (1,4,6), patch 14, window 56.
+  const VisionWindows a = qwen2_5_vl_windows(8, 8, 2, 56, 14);
+  REQUIRE(a.order == std::vector<int64_t>{0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15});
+  REQUIRE(a.bounds == std::vector<int64_t>{0, 16, 32, 48, 64});
+  const VisionWindows b = qwen2_5_vl_windows(4, 6, 2, 56, 14);
+  REQUIRE(b.order == std::vector<int64_t>{0, 1, 3, 4, 2, 5});
+  REQUIRE(b.bounds == std::vector<int64_t>{0, 16, 24});
+  // A grid that the window divides still gets whole windows only (the reference's empty padding
+  // window leaves no bound).
+  REQUIRE(qwen2_5_vl_windows(4, 4, 2, 56, 14).bounds == std::vector<int64_t>{0, 16});
+}
+
+TEST_CASE("Qwen2-VL: the vision tower and merger equal transformers'", "[qwen2vl][oracle]") {
+  for (const char* family : kFamilies) {
+    const nlohmann::json e = expected(family);
+    for (const char* c : {"single", "two_images", "system", "wide"}) {
+      CAPTURE(family, c);
+      const auto files = e["cases"][c]["images"].get<std::vector<std::string>>();
+      const auto grids = e["cases"][c]["grid_thw"].get<std::vector<std::vector<int64_t>>>();
+      std::vector<at::Tensor> pixels, merged, hidden;
+      for (size_t k = 0; k < files.size(); ++k) {
+        const Qwen2VlPatches p = patches_of(family, files[k]);
+        REQUIRE(std::vector<int64_t>{p.grid_t, p.grid_h, p.grid_w} == grids[k]);
+        pixels.push_back(p.pixels);
+        const QwenVisionTower::Encoded out = tower_of(family).encode(p.pixels, p.grid_h, p.grid_w);
+        merged.push_back(out.embeddings);
+        at::Tensor h = out.hidden;
+        if (std::string(family) == "qwen2_5_vl") {  // transformers returns the blocks' window order
+          std::vector<int64_t> rows;
+          for (int64_t u : qwen2_5_vl_windows(p.grid_h, p.grid_w, 2, 56, 14).order)
+            for (int64_t q = 0; q < 4; ++q) rows.push_back(u * 4 + q);
+          h = h.index_select(0, at::tensor(rows, at::kLong));
+        }
+        hidden.push_back(h);
+      }
+      REQUIRE(test::max_abs_diff(at::cat(pixels), expected_tensor(family, std::string(c) + ".pixel_values")) < 1e-6);
+      REQUIRE(test::max_abs_diff(at::cat(hidden), expected_tensor(family, std::string(c) + ".vision_hidden")) < kTol);
+      REQUIRE(test::max_abs_diff(at::cat(merged), expected_tensor(family, std::string(c) + ".merger")) < kTol);
+    }
+  }
+}
+
+TEST_CASE("Qwen2-VL: prompt ids, M-RoPE positions and last logits equal transformers'", "[qwen2vl][oracle]") {
+  for (const char* family : kFamilies) {
+    const nlohmann::json e = expected(family);
+    for (const Case& c : single_turn_cases()) {
+      CAPTURE(family, c.name);
+      const nlohmann::json& want = e["cases"][c.name];
+      const VlmModel& m = model(family);
+      std::vector<Message> history;
+      if (*c.system) history.push_back({"system", {txt(c.system)}});
+      std::vector<ImageRecord> images;
+      const StreamSegment seg = m.encoder->user_turn(history, c.user, 0, images, nullptr);
+      // The system turn is its own (text) segment before the user turn.
+      std::vector<int32_t> ids = *c.system ? m.encoder->system_turn(c.system) : std::vector<int32_t>{};
+      const auto base = static_cast<int32_t>(ids.size());
+      ids.insert(ids.end(), seg.ids.begin(), seg.ids.end());
+      REQUIRE(ids == want["input_ids"].get<std::vector<int32_t>>());
+      const auto pos = want["positions"].get<std::vector<std::vector<int32_t>>>();
+      REQUIRE(seg.rope.size() == seg.ids.size());
+      for (size_t i = 0; i < seg.rope.size(); ++i) {
+        CAPTURE(i);
+        const size_t j = i + static_cast<size_t>(base);
+        REQUIRE((seg.rope[i].t + base == pos[0][j] && seg.rope[i].h + base == pos[1][j] &&
+                 seg.rope[i].w + base == pos[2][j]));
+      }
+      // Per-token tags: image pads carry the image and its merged-grid cell.
+      const auto grids = want["grid_thw"].get<std::vector<std::vector<int64_t>>>();
+      REQUIRE(images.size() == grids.size());
+      for (size_t k = 0; k < images.size(); ++k) {
+        REQUIRE((images[k].grid_rows == grids[k][1] / 2 && images[k].grid_cols == grids[k][2] / 2));
+        REQUIRE(images[k].n_image_tokens == grids[k][1] * grids[k][2] / 4);
+      }
+      int64_t n_image = 0;
+      for (size_t i = 0; i < seg.infos.size(); ++i)
+        if (seg.infos[i].modality == Modality::Image) {
+          const ImageRecord& r = images[static_cast<size_t>(seg.infos[i].image_id)];
+          REQUIRE((seg.infos[i].patch_row < r.grid_rows && seg.infos[i].patch_col < r.grid_cols));
+          // The rotary offsets of a pad are its image's start plus its cell.
+          REQUIRE(seg.rope[i].h - seg.rope[i].t == seg.infos[i].patch_row);
+          REQUIRE(seg.rope[i].w - seg.rope[i].t == seg.infos[i].patch_col);
+          ++n_image;
+        }
+      REQUIRE(n_image == static_cast<int64_t>(seg.image_embeddings.size(0)));
+      // Through the Session (system prompt as set by a user).
+      if (std::string(c.name) == "wide") continue;  // no logits recorded
+      Session s(m.text, m.encoder, {});
+      s.set_system_prompt(c.system);
+      s.add_user_turn(c.user);
+      REQUIRE(s.ids() == want["input_ids"].get<std::vector<int32_t>>());
+      const at::Tensor logits = expected_tensor(family, std::string(c.name) + ".logits");
+      REQUIRE(test::max_abs_diff(s.pending_logits(), logits[logits.size(0) - 1]) < kTol);
+    }
+  }
+}
+
+TEST_CASE("Qwen2-VL: a two-image, two-turn conversation equals transformers, one-shot and chunked",
+          "[qwen2vl][oracle][session]") {
+  for (const char* family : {"qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_legacy"}) {
+    const std::string oracle = std::string(family) == "qwen2_5_vl_legacy" ? "qwen2_5_vl" : family;
+    const nlohmann::json e = expected(oracle);
+    const auto conv_ids = e["cases"]["conversation"]["input_ids"].get<std::vector<int32_t>>();
+    const auto turn1_ids = e["cases"]["conversation_turn1"]["input_ids"].get<std::vector<int32_t>>();
+    const at::Tensor want = expected_tensor(oracle, "conversation.logits");
+    const VlmModel& m = model(family);
+    for (int chunk : {256, 5}) {
+      CAPTURE(family, chunk);
+      SessionOptions o;
+      o.prefill_chunk = chunk;
+      Session s(m.text, m.encoder, o);
+      s.add_user_turn(kTurn1);
+      REQUIRE(s.ids() == turn1_ids);
+      REQUIRE(test::max_abs_diff(s.pending_logits(), want[static_cast<int64_t>(turn1_ids.size()) - 1]) < kTol);
+      s.add_assistant_text(kAnswer);
+      s.add_user_turn(kTurn2);  // prefilled onto the cache: positions continue the scan
+      REQUIRE(s.ids() == conv_ids);
+      REQUIRE(test::max_abs_diff(s.pending_logits(), want[want.size(0) - 1]) < kTol);
+      REQUIRE(s.images().size() == 2);
+      if (chunk == 5) continue;
+      GenerationParams p;
+      const auto greedy = e["cases"]["conversation"]["greedy"].get<std::vector<int32_t>>();
+      p.max_new_tokens = static_cast<int>(greedy.size());
+      p.stop_at_eos = false;
+      REQUIRE(s.generate(p).tokens == greedy);
+    }
+    // Every position's logits, the whole conversation in one dense forward.
+    std::vector<ImageRecord> images;
+    StreamSegment all;
+    const std::vector<Message> history = {{"user", kTurn1}, {"assistant", {txt(kAnswer)}}};
+    const StreamSegment a = m.encoder->user_turn({}, kTurn1, 0, images, nullptr);
+    const std::vector<int32_t> answer = m.encoder->assistant_turn({{"user", kTurn1}}, kAnswer);
+    const StreamSegment b = m.encoder->user_turn(history, kTurn2, 1, images, nullptr);
+    std::vector<int32_t> ids = a.ids;
+    ids.insert(ids.end(), answer.begin(), answer.end());
+    ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+    REQUIRE(ids == conv_ids);
+    const auto pos = e["cases"]["conversation"]["positions"].get<std::vector<std::vector<int64_t>>>();
+    at::Tensor x = m.text.decoder->embed(at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong));
+    std::vector<int64_t> rows;
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] == e["ids"]["<|image_pad|>"].get<int32_t>()) rows.push_back(static_cast<int64_t>(i));
+    x.index_copy_(0, at::tensor(rows, at::kLong), at::cat({a.image_embeddings, b.image_embeddings}));
+    at::Tensor pos3 = at::empty({3, static_cast<int64_t>(ids.size())}, at::kLong);
+    for (int axis = 0; axis < 3; ++axis)
+      pos3[axis].copy_(at::tensor(std::vector<int64_t>(pos[axis].begin(), pos[axis].end()), at::kLong));
+    const at::Tensor logits = m.text.decoder->logits(m.text.decoder->forward_dense(x, pos3));
+    REQUIRE(test::max_abs_diff(logits, want) < kTol);
+  }
+}
+
+TEST_CASE("Qwen2.5-VL: every budget-holding policy keeps its budget; a budget >= context changes nothing",
+          "[qwen2vl][eviction]") {
+  const VlmModel& m = model("qwen2_5_vl");
+  const int64_t streams = m.text.config.n_layer * m.text.config.n_kv_head;
+  GenerationParams p;
+  p.max_new_tokens = 6;
+  p.stop_at_eos = false;
+  auto converse = [&](Session& s, int64_t budget) {
+    std::vector<int32_t> out;
+    for (const auto& turn : {kTurn1, kTurn2}) {
+      s.add_user_turn(turn);
+      if (budget > 0) REQUIRE(s.cache().bookkeeping().total_entries() <= budget);
+      const GenerationResult r = s.generate(p);
+      if (budget > 0) REQUIRE(r.kv_entries <= budget);
+      out.insert(out.end(), r.tokens.begin(), r.tokens.end());
+    }
+    return out;
+  };
+  // Hand-set gates: log β from the layer's normed input.
+  class Scorer final : public EntryScorer {
+   public:
+    at::Tensor log_beta(int64_t il, const at::Tensor& x) const override {
+      return (x.narrow(1, il, 2).abs() * -0.2 - 0.01).contiguous();
+    }
+  } scorer;
+  Session full(m.text, m.encoder, {});
+  const std::vector<int32_t> want = converse(full, -1);
+  for (const PolicyInfo& info : policy_infos()) {
+    if (!info.uses_budget || info.name == "full") continue;
+    CAPTURE(info.name);
+    EvictionSettings tight;
+    tight.policy = info.name;
+    tight.budget_per_head = 48;
+    tight.slack = 0;
+    Session s(m.text, m.encoder, {});
+    s.set_eviction(tight, info.needs_gates ? &scorer : nullptr);
+    converse(s, 48 * streams);
+    REQUIRE(s.evictor()->n_events() > 0);
+    EvictionSettings roomy = tight;
+    roomy.budget_per_head = 4096;
+    Session r(m.text, m.encoder, {});
+    r.set_eviction(roomy, info.needs_gates ? &scorer : nullptr);
+    REQUIRE(converse(r, 4096 * streams) == want);
+    REQUIRE(r.evictor()->n_events() == 0);
+  }
+}
+
+TEST_CASE("Qwen2.5-VL: visionzip shrinks each image's pads and keeps the rest of the stream", "[qwen2vl][eviction]") {
+  const VlmModel& m = model("qwen2_5_vl");
+  EvictionSettings s;
+  s.policy = "visionzip";
+  s.options = {"dominant=6", "contextual=2"};
+  Session z(m.text, m.encoder, {});
+  z.set_eviction(s, nullptr);
+  z.add_user_turn(kTurn1);
+  REQUIRE(z.images().size() == 1);
+  REQUIRE(z.images()[0].n_image_tokens == 8);
+  int64_t pads = 0;
+  for (const TokenInfo& t : z.cache().bookkeeping().tokens()) pads += t.modality == Modality::Image;
+  REQUIRE(pads == 8);
+  GenerationParams p;
+  p.max_new_tokens = 4;
+  p.stop_at_eos = false;
+  REQUIRE(z.generate(p).tokens.size() == 4);
+}
+
+TEST_CASE("Qwen2-VL: bad input is refused by name and the session stays usable", "[qwen2vl][errors]") {
+  const VlmModel& m = model("qwen2_5_vl");
+  Session s(m.text, m.encoder, {});
+  // Aspect ratio above 200: the reference refuses it.
+  REQUIRE_THROWS_WITH(s.add_user_turn({img("qwen_aspect.png"), txt("hi")}),
+                      Catch::Contains("qwen_aspect.png") && Catch::Contains("aspect ratio"));
+  REQUIRE(s.ids().empty());
+  REQUIRE_THROWS_WITH(s.add_user_turn({txt("a typed <|image_pad|> marker")}), Catch::Contains("<|image_pad|>"));
+  // An image smaller than one 28x28 block is upscaled as the reference does (min_pixels): the
+  // "system" case above checks its grid and logits; here the session goes on after the errors.
+  s.add_user_turn(kTurn1);
+  REQUIRE(s.ids() == expected("qwen2_5_vl")["cases"]["conversation_turn1"]["input_ids"].get<std::vector<int32_t>>());
+}
+
+TEST_CASE("Qwen2-VL: checkpoints that contradict themselves are refused by name", "[qwen2vl][errors]") {
+  namespace fs = std::filesystem;
+  auto copy = [](const test::ScratchDir& d) {
+    fs::copy(test::vlm_model("qwen2_5_vl"), d.path(), fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  };
+  auto edit_config = [](const test::ScratchDir& d, const std::function<void(nlohmann::json&)>& f) {
+    nlohmann::json j = test::read_json(d.file("config.json"));
+    f(j);
+    test::write_text(d.file("config.json"), j.dump());
+  };
+  {  // mrope_section that does not sum to head_dim / 2
+    test::ScratchDir d("qwen-mrope");
+    copy(d);
+    edit_config(d, [](nlohmann::json& j) { j["text_config"]["rope_parameters"]["mrope_section"] = {2, 3, 4}; });
+    REQUIRE_THROWS_WITH(load_vlm(d.path()), Catch::Contains("mrope_section") && Catch::Contains("head_dim / 2 = 8") &&
+                                                Catch::Contains("config.json"));
+  }
+  {  // the merger's output width contradicts the text hidden size
+    test::ScratchDir d("qwen-merger");
+    copy(d);
+    const WeightStore ws = WeightStore::open_folder(d.path());
+    std::vector<TensorToWrite> out;
+    std::vector<at::Tensor> keep;
+    for (const std::string& name : ws.names()) {
+      at::Tensor t = ws.load({name}, {});
+      if (name == "model.visual.merger.mlp.2.weight") t = t.narrow(0, 0, 32).contiguous();
+      if (name == "model.visual.merger.mlp.2.bias") t = t.narrow(0, 0, 32).contiguous();
+      keep.push_back(t);
+      out.push_back(float_tensor_to_write(name, t));
+    }
+    fs::remove(d.file("model.safetensors"));
+    write_safetensors_atomic(d.file("model.safetensors"), out);
+    REQUIRE_THROWS_WITH(load_vlm(d.path()), Catch::Contains("model.visual.merger.mlp.2.weight") &&
+                                                Catch::Contains("[32, 128]") && Catch::Contains("hidden_size 64"));
+  }
+  {  // the vision config says another merger width
+    test::ScratchDir d("qwen-outhidden");
+    copy(d);
+    edit_config(d, [](nlohmann::json& j) { j["vision_config"]["out_hidden_size"] = 48; });
+    REQUIRE_THROWS_WITH(load_vlm(d.path()), Catch::Contains("48") && Catch::Contains("text hidden_size 64"));
+  }
+  {  // a tokenizer whose image pad is not the config's
+    test::ScratchDir d("qwen-ids");
+    copy(d);
+    edit_config(d, [](nlohmann::json& j) { j["image_token_id"] = 3; });
+    REQUIRE_THROWS_WITH(load_vlm(d.path()), Catch::Contains("<|image_pad|>") && Catch::Contains("tokenizer"));
+  }
+  // The model loaded from the fixture folder still works after those failures.
+  Session s(model("qwen2_vl").text, model("qwen2_vl").encoder, {});
+  s.add_user_turn(kTurn1);
+  REQUIRE(s.awaiting_answer());
+}

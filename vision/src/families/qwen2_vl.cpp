@@ -1,0 +1,405 @@
+// Qwen2-VL / Qwen2.5-VL family (model_type qwen2_vl, qwen2_5_vl; shared/QWEN-VL.md): the vision
+// tower of both generations (they differ in norms, MLP and window attention, switched by
+// QwenVisionKind), the patch merger, the Qwen2 text decoder with M-RoPE (core), the checkpoint's
+// ChatML template. Weight names in one table per generation; the prompt side is the Qwen-VL
+// line's encoder (qwen_vl_encoder.cpp).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "families/qwen_vl_encoder.h"
+#include "trimkv/core/error.h"
+#include "trimkv/core/layers.h"
+#include "trimkv/core/weight_store.h"
+#include "trimkv/kernels/linear.h"
+#include "trimkv/vision/qwen2_vl.h"
+#include "trimkv/vision/qwen2_vl_processor.h"
+#include "trimkv/vision/vlm.h"
+
+namespace trimkv::vision {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// --- tensor table ---------------------------------------------------------------------------
+// The tower's root: transformers v5 ("model.visual.") and the legacy Hub layout ("visual.").
+const std::vector<std::string> kRoots = {"model.visual.", "visual."};
+constexpr const char* kPatch = "patch_embed.proj.weight";  // [E, C, T, p, p]
+struct BlockNames {
+  const char* norm1_b;  // nullptr: RMSNorm (weight only)
+  const char* norm2_b;
+  const char* fc1;      // Qwen2: mlp.fc1; Qwen2.5: mlp.gate_proj (+ up_proj fused after it)
+  const char* up;       // Qwen2.5 only
+  const char* fc2;
+};
+const BlockNames kQwen2Block = {"norm1.bias", "norm2.bias", "mlp.fc1", nullptr, "mlp.fc2"};
+const BlockNames kQwen25Block = {nullptr, nullptr, "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+
+const json& section(const json& top, const char* key) {
+  static const json kEmpty = json::object();
+  return top.contains(key) && top[key].is_object() ? top[key] : kEmpty;
+}
+
+int64_t int_field(const json& j, std::initializer_list<const char*> keys, int64_t fallback, const std::string& path) {
+  for (const char* key : keys) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    TRIMKV_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() > 0, Config, "'", path,
+                 "': field 'vision_config.", key, "' must be a positive integer, got ", j[key].dump());
+    return j[key].get<int64_t>();
+  }
+  return fallback;
+}
+
+int32_t token_field(const json& top, const char* key, int32_t fallback, const std::string& path) {
+  if (!top.contains(key) || top[key].is_null()) return fallback;
+  TRIMKV_CHECK(top[key].is_number_integer(), Config, "'", path, "': field '", key, "' must be an integer, got ",
+               top[key].dump());
+  return top[key].get<int32_t>();
+}
+
+at::Tensor layer_norm_or_rms(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  if (b.defined()) return at::layer_norm(x, {x.size(-1)}, w, b, 1e-6);
+  return rms_norm(x, w, 1e-6);
+}
+
+}  // namespace
+
+bool QwenVisionConfig::full_attention(int64_t block) const {
+  if (kind == QwenVisionKind::Qwen2) return true;
+  return std::find(fullatt_block_indexes.begin(), fullatt_block_indexes.end(), block) != fullatt_block_indexes.end();
+}
+
+Qwen2VlConfig Qwen2VlConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
+  json top;
+  try {
+    top = json::parse(in);
+  } catch (const json::exception& e) {
+    TRIMKV_FAIL(Format, "'", path, "': malformed JSON: ", e.what());
+  }
+  TRIMKV_CHECK(top.is_object(), Format, "'", path, "' is not a JSON object");
+  Qwen2VlConfig c;
+  QwenVisionConfig& v = c.vision;
+  const std::string type = top.value("model_type", std::string());
+  v.kind = type == "qwen2_5_vl" ? QwenVisionKind::Qwen2_5 : QwenVisionKind::Qwen2;
+  const json& j = section(top, "vision_config");
+  try {
+    v.depth = int_field(j, {"depth", "num_hidden_layers"}, 32, path);
+    v.n_head = int_field(j, {"num_heads", "num_attention_heads"}, 16, path);
+    v.in_channels = int_field(j, {"in_channels"}, 3, path);
+    v.patch_size = int_field(j, {"patch_size"}, 14, path);
+    v.temporal_patch_size = int_field(j, {"temporal_patch_size"}, 2, path);
+    v.merge_size = int_field(j, {"spatial_merge_size"}, 2, path);
+    if (v.kind == QwenVisionKind::Qwen2) {
+      v.width = int_field(j, {"embed_dim"}, 1280, path);
+      v.mlp_hidden = v.width * int_field(j, {"mlp_ratio"}, 4, path);
+      v.out_hidden = int_field(j, {"hidden_size"}, 3584, path);
+      v.hidden_act = j.value("hidden_act", std::string("quick_gelu"));
+    } else {
+      v.width = int_field(j, {"hidden_size"}, 3584, path);
+      v.mlp_hidden = int_field(j, {"intermediate_size"}, 3420, path);
+      v.out_hidden = int_field(j, {"out_hidden_size"}, 3584, path);
+      v.hidden_act = j.value("hidden_act", std::string("silu"));
+      v.window_size = int_field(j, {"window_size"}, 112, path);
+      v.fullatt_block_indexes = {7, 15, 23, 31};
+      if (j.contains("fullatt_block_indexes")) {
+        TRIMKV_CHECK(j["fullatt_block_indexes"].is_array(), Config, "'", path,
+                     "': vision_config.fullatt_block_indexes must be a list, got ", j["fullatt_block_indexes"].dump());
+        v.fullatt_block_indexes.clear();
+        for (const auto& x : j["fullatt_block_indexes"]) {
+          TRIMKV_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() < v.depth, Config, "'",
+                       path, "': vision_config.fullatt_block_indexes ", j["fullatt_block_indexes"].dump(),
+                       " must name blocks 0..", v.depth - 1);
+          v.fullatt_block_indexes.push_back(x.get<int64_t>());
+        }
+      }
+    }
+    const json& rope = section(j, "rope_parameters");
+    if (rope.contains("rope_theta")) v.rope_theta = rope["rope_theta"].get<double>();
+    c.image_token_id = token_field(top, "image_token_id", c.image_token_id, path);
+    c.video_token_id = token_field(top, "video_token_id", c.video_token_id, path);
+    c.vision_start_token_id = token_field(top, "vision_start_token_id", c.vision_start_token_id, path);
+    c.vision_end_token_id = token_field(top, "vision_end_token_id", c.vision_end_token_id, path);
+  } catch (const json::exception& e) {
+    TRIMKV_FAIL(Config, "'", path, "': a field has the wrong type: ", e.what());
+  }
+  TRIMKV_CHECK(v.in_channels == 3, Unsupported, "'", path, "': vision_config.in_channels = ", v.in_channels,
+               " (RGB only)");
+  TRIMKV_CHECK(v.width % v.n_head == 0 && v.head_dim() % 4 == 0, Config, "'", path, "': the vision width ", v.width,
+               " over ", v.n_head, " heads must give a head width divisible by 4 (the 2D rotary splits it by rows "
+               "and columns)");
+  TRIMKV_CHECK(v.kind == QwenVisionKind::Qwen2 || v.window_size % (v.patch_size * v.merge_size) == 0, Config, "'",
+               path, "': vision_config.window_size ", v.window_size, " is not a multiple of patch_size * "
+               "spatial_merge_size = ", v.patch_size * v.merge_size);
+  check_vit_activation(v.hidden_act, "'" + path + "'");
+  return c;
+}
+
+VisionWindows qwen2_5_vl_windows(int64_t grid_h, int64_t grid_w, int64_t merge, int64_t window_size,
+                                 int64_t patch_size) {
+  const int64_t side = window_size / merge / patch_size;  // merged units per window side
+  TRIMKV_CHECK(side > 0 && grid_h % merge == 0 && grid_w % merge == 0, Input, "a ", grid_h, "x", grid_w,
+               " patch grid cannot be split into windows of ", window_size, " pixels");
+  const int64_t rows = grid_h / merge, cols = grid_w / merge;
+  // The reference pads each side by side - size % side (a whole empty window when it divides);
+  // empty windows add no bound (unique_consecutive), so only the windows that hold units count.
+  const int64_t win_rows = (rows + side - rows % side) / side, win_cols = (cols + side - cols % side) / side;
+  VisionWindows w;
+  w.bounds.push_back(0);
+  for (int64_t wr = 0; wr < win_rows; ++wr)
+    for (int64_t wc = 0; wc < win_cols; ++wc) {
+      int64_t n = 0;
+      for (int64_t r = wr * side; r < std::min(rows, (wr + 1) * side); ++r)
+        for (int64_t c = wc * side; c < std::min(cols, (wc + 1) * side); ++c) {
+          w.order.push_back(r * cols + c);
+          ++n;
+        }
+      if (n > 0) w.bounds.push_back(w.bounds.back() + n * merge * merge);
+    }
+  return w;
+}
+
+std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& cfg, int64_t text_hidden,
+                                                       const WeightStore& ws) {
+  std::string root;
+  for (const auto& r : kRoots)
+    if (ws.contains(r + kPatch)) root = r;
+  TRIMKV_CHECK(!root.empty(), Config, "checkpoint '", ws.source(), "' has no vision tower (looked for '", kRoots[0],
+               kPatch, "' and '", kRoots[1], kPatch, "')");
+  const int64_t e = cfg.width, f = cfg.mlp_hidden, m2 = cfg.merge_size * cfg.merge_size;
+  const bool qwen2 = cfg.kind == QwenVisionKind::Qwen2;
+  const BlockNames& names = qwen2 ? kQwen2Block : kQwen25Block;
+  Weights w;
+  w.patch_w = ws.load({root + kPatch}, {e, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size})
+                  .reshape({e, cfg.patch_dim()})
+                  .contiguous();
+  for (int64_t i = 0; i < cfg.depth; ++i) {
+    const std::string p = root + "blocks." + std::to_string(i) + ".";
+    Block b;
+    b.norm1_w = ws.load({p + "norm1.weight"}, {e});
+    b.norm2_w = ws.load({p + "norm2.weight"}, {e});
+    if (names.norm1_b) b.norm1_b = ws.load({p + names.norm1_b}, {e});
+    if (names.norm2_b) b.norm2_b = ws.load({p + names.norm2_b}, {e});
+    b.w_qkv = ws.load({p + "attn.qkv.weight"}, {3 * e, e});
+    b.b_qkv = ws.load({p + "attn.qkv.bias"}, {3 * e});
+    b.w_proj = ws.load({p + "attn.proj.weight"}, {e, e});
+    b.b_proj = ws.load({p + "attn.proj.bias"}, {e});
+    const std::string fc1 = p + names.fc1, fc2 = p + names.fc2;
+    b.w_fc1 = ws.load({fc1 + ".weight"}, {f, e});
+    b.b_fc1 = ws.load({fc1 + ".bias"}, {f});
+    if (names.up) {  // gate and up fused: one product, split after
+      const std::string up = p + names.up;
+      b.w_fc1 = at::cat({b.w_fc1, ws.load({up + ".weight"}, {f, e})}, 0).contiguous();
+      b.b_fc1 = at::cat({b.b_fc1, ws.load({up + ".bias"}, {f})}, 0).contiguous();
+    }
+    b.w_fc2 = ws.load({fc2 + ".weight"}, {e, f});
+    b.b_fc2 = ws.load({fc2 + ".bias"}, {e});
+    w.blocks.push_back(std::move(b));
+  }
+  const std::string mp = root + "merger.";
+  w.ln_q_w = ws.load({mp + "ln_q.weight"}, {e});
+  if (qwen2) w.ln_q_b = ws.load({mp + "ln_q.bias"}, {e});
+  w.mlp0_w = ws.load({mp + "mlp.0.weight"}, {e * m2, e * m2});
+  w.mlp0_b = ws.load({mp + "mlp.0.bias"}, {e * m2});
+  const std::string out = mp + "mlp.2.weight";
+  const TensorInfo* info = ws.find(out);
+  TRIMKV_CHECK(info, Config, "checkpoint '", ws.source(), "' lacks the merger's output '", out, "'");
+  const std::vector<int64_t> want = {text_hidden, e * m2};
+  TRIMKV_CHECK(info->shape == want, Shape, "checkpoint '", ws.source(), "': merger '", out, "' is ",
+               shape_to_string(info->shape), " but the text decoder's hidden_size ", text_hidden,
+               " and the vision width ", e, " x ", m2, " merged patches need ", shape_to_string(want),
+               ": the merger contradicts the text model");
+  TRIMKV_CHECK(cfg.out_hidden == text_hidden, Config, "checkpoint '", ws.source(), "': the vision config's merger "
+               "output ", cfg.out_hidden, " differs from the text hidden_size ", text_hidden);
+  w.mlp2_w = ws.load({out}, want);
+  w.mlp2_b = ws.load({mp + "mlp.2.bias"}, {text_hidden});
+  return std::make_shared<QwenVisionTower>(cfg, std::move(w));
+}
+
+QwenVisionTower::QwenVisionTower(QwenVisionConfig cfg, Weights w) : m_cfg(std::move(cfg)), m_w(std::move(w)) {}
+
+int64_t QwenVisionTower::parameter_count() const {
+  int64_t n = 0;
+  for (const at::Tensor* t : {&m_w.patch_w, &m_w.ln_q_w, &m_w.ln_q_b, &m_w.mlp0_w, &m_w.mlp0_b, &m_w.mlp2_w, &m_w.mlp2_b})
+    if (t->defined()) n += t->numel();
+  for (const Block& b : m_w.blocks)
+    for (const at::Tensor* t : {&b.norm1_w, &b.norm1_b, &b.norm2_w, &b.norm2_b, &b.w_qkv, &b.b_qkv, &b.w_proj,
+                                &b.b_proj, &b.w_fc1, &b.b_fc1, &b.w_fc2, &b.b_fc2})
+      if (t->defined()) n += t->numel();
+  return n;
+}
+
+QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int64_t grid_h, int64_t grid_w,
+                                                 bool with_stats, const std::atomic<bool>* cancel) const {
+  const QwenVisionConfig& c = m_cfg;
+  const int64_t m = c.merge_size, m2 = m * m, e = c.width, nh = c.n_head, hd = c.head_dim();
+  const int64_t s = grid_h * grid_w;
+  TRIMKV_CHECK(grid_h > 0 && grid_w > 0 && grid_h % m == 0 && grid_w % m == 0, Input, "a ", grid_h, "x", grid_w,
+               " patch grid is not made of ", m, "x", m, " merge blocks");
+  TRIMKV_CHECK(patches.dim() == 2 && patches.size(0) == s && patches.size(1) == c.patch_dim(), Input,
+               "vision tower input must be [", s, ", ", c.patch_dim(), "] for a ", grid_h, "x", grid_w, " grid, got ",
+               shape_to_string(patches.sizes().vec()));
+  const int64_t units = s / m2;
+
+  // Row order: the processor's (merge blocks row-major, patches row-major inside); Qwen2.5 runs
+  // its blocks window by window, so rows are permuted by whole merge blocks and put back after.
+  std::vector<int64_t> unit_order(static_cast<size_t>(units));
+  for (int64_t u = 0; u < units; ++u) unit_order[u] = u;
+  std::vector<int64_t> window_bounds = {0, s};
+  if (c.kind == QwenVisionKind::Qwen2_5) {
+    VisionWindows win = qwen2_5_vl_windows(grid_h, grid_w, m, c.window_size, c.patch_size);
+    unit_order = std::move(win.order);
+    window_bounds = std::move(win.bounds);
+  }
+  std::vector<int64_t> row_order;
+  row_order.reserve(static_cast<size_t>(s));
+  for (int64_t u : unit_order)
+    for (int64_t k = 0; k < m2; ++k) row_order.push_back(u * m2 + k);
+  const at::Tensor perm = at::tensor(row_order, at::kLong);
+
+  // 2D rotary: a patch's (row, col) in the patch grid; angles cat(h·inv, w·inv) twice.
+  std::vector<int64_t> hpos(static_cast<size_t>(s)), wpos(static_cast<size_t>(s));
+  const int64_t bcols = grid_w / m;
+  for (int64_t i = 0; i < s; ++i) {
+    const int64_t unit = i / m2, in = i % m2;
+    hpos[i] = (unit / bcols) * m + in / m;
+    wpos[i] = (unit % bcols) * m + in % m;
+  }
+  const at::Tensor inv = 1.0 / at::pow(c.rope_theta, at::arange(0, hd / 2, 2, at::kLong).to(at::kFloat) /
+                                                         static_cast<double>(hd / 2));  // [hd/4]
+  const at::Tensor fh = at::tensor(hpos, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  const at::Tensor fw = at::tensor(wpos, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  const at::Tensor angles = at::cat({fh, fw, fh, fw}, 1).index_select(0, perm);  // [s, hd]
+  const RopeTables rope{angles.cos(), angles.sin()};
+  const std::vector<int64_t> whole = {0, s};
+
+  at::Tensor x = kernels::linear_auto(patches.to(at::kFloat).index_select(0, perm).contiguous(), m_w.patch_w);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  VitAttentionStats stats;
+  for (int64_t ib = 0; ib < c.depth; ++ib) {
+    if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
+    const Block& b = m_w.blocks[static_cast<size_t>(ib)];
+    const at::Tensor h = layer_norm_or_rms(x, b.norm1_w, b.norm1_b);
+    const at::Tensor qkv = kernels::linear_auto(h, b.w_qkv, b.b_qkv).view({s, 3, nh, hd});
+    const at::Tensor q = apply_rope(qkv.select(1, 0), rope), k = apply_rope(qkv.select(1, 1), rope);
+    const at::Tensor v = qkv.select(1, 2);
+    const std::vector<int64_t>& bounds = c.full_attention(ib) ? whole : window_bounds;
+    const bool last = with_stats && ib + 1 == c.depth;
+    std::vector<at::Tensor> outs, received, keys;
+    for (size_t w = 0; w + 1 < bounds.size(); ++w) {
+      const int64_t a = bounds[w], n = bounds[w + 1] - a;
+      VitAttentionStats st;
+      outs.push_back(bidirectional_attention(q.narrow(0, a, n), k.narrow(0, a, n), v.narrow(0, a, n), scale,
+                                             last ? &st : nullptr));
+      if (last) {
+        received.push_back(st.received);
+        keys.push_back(st.keys);
+      }
+    }
+    if (last) {
+      stats.received = at::cat(received, 0);
+      stats.keys = at::cat(keys, 0);
+    }
+    x = x + kernels::linear_auto(outs.size() == 1 ? outs[0] : at::cat(outs, 0), b.w_proj, b.b_proj);
+    const at::Tensor h2 = layer_norm_or_rms(x, b.norm2_w, b.norm2_b);
+    at::Tensor mid = kernels::linear_auto(h2, b.w_fc1, b.b_fc1);
+    if (c.kind == QwenVisionKind::Qwen2) {
+      mid = vit_activation(mid, c.hidden_act);
+    } else {
+      const int64_t f = c.mlp_hidden;
+      mid = vit_activation(mid.narrow(1, 0, f), c.hidden_act) * mid.narrow(1, f, f);
+    }
+    x = x + kernels::linear_auto(mid.contiguous(), b.w_fc2, b.b_fc2);
+  }
+  // Merger: each merge block's m^2 rows side by side, LN first, then Linear, GELU (erf), Linear.
+  const at::Tensor normed = layer_norm_or_rms(x, m_w.ln_q_w, m_w.ln_q_b).reshape({units, e * m2}).contiguous();
+  const at::Tensor mid = at::gelu(kernels::linear_auto(normed, m_w.mlp0_w, m_w.mlp0_b));
+  const at::Tensor merged = kernels::linear_auto(mid, m_w.mlp2_w, m_w.mlp2_b);  // [units, H], window order
+  const at::Tensor unit_perm = at::tensor(unit_order, at::kLong);
+  Encoded out;
+  out.embeddings = at::empty_like(merged).index_copy_(0, unit_perm, merged);
+  out.hidden = at::empty_like(x).index_copy_(0, perm, x);
+  if (with_stats) {
+    out.attention = at::empty({units}, x.options())
+                        .index_copy_(0, unit_perm, stats.received.view({units, m2}).mean(1));
+    out.keys = at::empty({units, hd}, x.options())
+                   .index_copy_(0, unit_perm, stats.keys.view({units, m2, hd}).mean(1));
+  }
+  return out;
+}
+
+namespace {
+
+std::shared_ptr<VlmModel> load_qwen2_vl(const std::string& dir, const std::vector<TemplateVar>& vars) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  auto m = std::make_shared<VlmModel>();
+  m->text = load_text_model(dir);
+  TRIMKV_CHECK(m->text.tokenizer, Config, "vision-language checkpoint '", dir,
+               "' has no tokenizer.json (its image tokens are needed)");
+  TRIMKV_CHECK(m->text.config.rope.multimodal(), Config, "'", config_path, "': the text decoder (model_type '",
+               m->text.config.model_type, "') has no multimodal rotary (mrope_section)");
+  const Qwen2VlConfig cfg = Qwen2VlConfig::from_file(config_path);
+  const WeightStore ws = WeightStore::open_folder(dir);
+  auto tower = QwenVisionTower::load(cfg.vision, m->text.config.hidden_size, ws);
+  const Qwen2VlProcessorConfig proc = Qwen2VlProcessorConfig::from_folder(dir);
+  const QwenVisionConfig& v = cfg.vision;
+  TRIMKV_CHECK(proc.patch_size == v.patch_size && proc.merge_size == v.merge_size &&
+                   proc.temporal_patch_size == v.temporal_patch_size,
+               Config, "checkpoint '", dir, "': the image processor's patch_size / merge_size / temporal_patch_size (",
+               proc.patch_size, ", ", proc.merge_size, ", ", proc.temporal_patch_size,
+               ") differ from the vision config's (", v.patch_size, ", ", v.merge_size, ", ", v.temporal_patch_size,
+               ")");
+  const Tokenizer& tok = *m->text.tokenizer;
+  QwenVlTokenIds ids;
+  ids.image_pad = cfg.image_token_id;
+  ids.vision_start = cfg.vision_start_token_id;
+  ids.vision_end = cfg.vision_end_token_id;
+  const std::pair<const char*, int32_t> named[] = {
+      {kQwenImagePad, ids.image_pad}, {kQwenVisionStart, ids.vision_start}, {kQwenVisionEnd, ids.vision_end}};
+  for (const auto& [text, id] : named) {
+    TRIMKV_CHECK(id >= 0 && id < m->text.config.vocab_size, Config, "'", config_path, "': the id of ", text, " (",
+                 id, ") is outside the vocabulary [0, ", m->text.config.vocab_size, ")");
+    TRIMKV_CHECK(tok.token_to_id(text) == id, Config, "tokenizer '", tok.path(), "': '", text, "' is id ",
+                 tok.token_to_id(text), " but config.json says ", id);
+  }
+
+  VisionInfo& vi = m->info;
+  vi.family = "qwen2_vl";
+  vi.model_type = checkpoint_model_type(dir);
+  vi.description = qwen2_vl_family().description;
+  vi.vision_parameters = tower->parameter_count();
+  vi.hidden_size = v.width;
+  vi.n_layer = v.depth;
+  vi.n_head = v.n_head;
+  vi.intermediate_size = v.mlp_hidden;
+  vi.patch_size = v.patch_size;
+  vi.scale_factor = v.merge_size;
+  vi.image_token_id = cfg.image_token_id;
+  vi.min_pixels = proc.min_pixels;
+  vi.max_pixels = proc.max_pixels;
+  vi.resample = resample_filter_name(proc.resample);
+  m->encoder = make_qwen_vl_encoder(dir, m->text.tokenizer, load_chat_format(dir, tok, ContentStyle::Parts), vars,
+                                    std::move(tower), proc, ids);
+  return m;
+}
+
+}  // namespace
+
+const VlmFamily& qwen2_vl_family() {
+  static const VlmFamily kFamily{
+      "qwen2_vl",
+      {"qwen2_vl", "qwen2_5_vl"},
+      "Qwen2-VL / Qwen2.5-VL: ViT with 2D rotary (Qwen2.5: window attention), 2x2 patch merger, Qwen2 "
+      "decoder with M-RoPE, any-resolution images",
+      &load_qwen2_vl};
+  return kFamily;
+}
+
+}  // namespace trimkv::vision
