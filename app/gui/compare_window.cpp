@@ -226,9 +226,9 @@ void CompareWindow::onFrame(int side, const InspectorFrame& frame) {
   if (!m_running || side < 0 || side > 1 || !frame.kv) return;
   Pane& p = m_panes[side];
   p.frame = frame;
-  p.grid->setSnapshot(frame.kv);
+  p.grid->setSnapshot(frame.kv, frame.tokens.get());
   p.strip->setFrame(frame.kv, frame.tokens);
-  p.overlay->setFrame(frame.state.images, frame.kv);
+  p.overlay->setFrame(frame.state.images, frame.kv, frame.tokens);
   updateTitle(side);
   selectHead(p.grid->selectedLayer(), p.grid->selectedHead());
 }

@@ -21,8 +21,14 @@ HeadGrid::HeadGrid(QWidget* parent) : QWidget(parent) {
                 "it keeps, text in blue, image in orange, special in grey. Click for its detail."));
 }
 
-void HeadGrid::setSnapshot(std::shared_ptr<const trimkv::KvSnapshot> kv) {
+void HeadGrid::setSnapshot(std::shared_ptr<const trimkv::KvSnapshot> kv,
+                           const std::vector<trimkv::vision::StreamToken>* tokens) {
   m_kv = std::move(kv);
+  m_stream = {};
+  if (tokens)
+    for (const trimkv::vision::StreamToken& t : *tokens) m_stream.add(t.info.modality);
+  else if (m_kv)
+    m_stream.text = m_kv->n_tokens;
   if (m_selLayer >= layerCount() || m_selHead >= headCount()) {
     m_selLayer = 0;
     m_selHead = 0;
@@ -38,6 +44,27 @@ trimkv::ModalityCounts HeadGrid::cellCounts(int layer, int head) const {
   const size_t i = static_cast<size_t>(layer * headCount() + head);
   if (i >= m_kv->heads.size()) return {};
   return m_kv->heads[i].counts;
+}
+
+void HeadGrid::setMode(Mode mode) {
+  m_mode = mode;
+  update();
+}
+
+bool HeadGrid::showsHeatmap() const {
+  if (m_mode != Mode::Auto) return m_mode == Mode::Heatmap;
+  const Layout lay = layout();
+  return lay.cellW < 26 || lay.cellH < 12;  // no room for a bar's number
+}
+
+double HeadGrid::keptFraction(int layer, int head, const trimkv::Modality* modality) const {
+  const trimkv::ModalityCounts c = cellCounts(layer, head);
+  if (!modality) return m_stream.total() > 0 ? static_cast<double>(c.total()) / static_cast<double>(m_stream.total()) : 0.0;
+  const int64_t kept = *modality == trimkv::Modality::Text ? c.text : *modality == trimkv::Modality::Image ? c.image : c.special;
+  const int64_t all = *modality == trimkv::Modality::Text    ? m_stream.text
+                      : *modality == trimkv::Modality::Image ? m_stream.image
+                                                             : m_stream.special;
+  return all > 0 ? static_cast<double>(kept) / static_cast<double>(all) : 0.0;
 }
 
 void HeadGrid::setSelectedHead(int layer, int head) {
@@ -107,33 +134,79 @@ void HeadGrid::paintEvent(QPaintEvent*) {
   }
 
   const QColor empty = pal.color(QPalette::Base).darker(108);
+  const bool heat = showsHeatmap();
   for (int l = 0; l < L; ++l) {
     for (int h = 0; h < H; ++h) {
       const QRect cell(lay.left + h * lay.cellW, lay.top + l * lay.cellH, lay.cellW - kGap, lay.cellH - kGap);
       p.fillRect(cell, empty);
-      const trimkv::ModalityCounts c = cellCounts(l, h);
-      // Bar: total length relative to the fullest head, split by modality.
-      const double scale = static_cast<double>(cell.width()) / static_cast<double>(maxCount);
-      int x = cell.left();
-      const int64_t parts[3] = {c.text, c.image, c.special};
-      const QColor colors[3] = {ModalityPalette::text(), ModalityPalette::image(), ModalityPalette::special()};
-      double acc = 0;
-      for (int k = 0; k < 3; ++k) {
-        acc += static_cast<double>(parts[k]) * scale;
-        const int x1 = cell.left() + static_cast<int>(acc + 0.5);
-        if (x1 > x) p.fillRect(QRect(x, cell.top(), x1 - x, cell.height()), colors[k]);
-        x = std::max(x, x1);
-      }
-      if (cell.width() >= 26 && cell.height() >= 12) {
-        p.setPen(Qt::black);
-        p.drawText(cell, Qt::AlignCenter, QString::number(c.total()));
-      }
+      if (heat) paintHeat(p, cell, l, h);
+      else paintBars(p, cell, cellCounts(l, h), maxCount);
       if (l == m_selLayer && h == m_selHead) {
         p.setPen(QPen(pal.color(QPalette::Highlight), 2));
         p.drawRect(cell.adjusted(1, 1, -1, -1));
       }
     }
   }
+}
+
+void HeadGrid::paintBars(QPainter& p, const QRect& cell, const trimkv::ModalityCounts& c, int64_t maxCount) const {
+  // Bar: total length relative to the fullest head, split by modality.
+  const double scale = static_cast<double>(cell.width()) / static_cast<double>(maxCount);
+  int x = cell.left();
+  const int64_t parts[3] = {c.text, c.image, c.special};
+  const QColor colors[3] = {ModalityPalette::text(), ModalityPalette::image(), ModalityPalette::special()};
+  double acc = 0;
+  for (int k = 0; k < 3; ++k) {
+    acc += static_cast<double>(parts[k]) * scale;
+    const int x1 = cell.left() + static_cast<int>(acc + 0.5);
+    if (x1 > x) p.fillRect(QRect(x, cell.top(), x1 - x, cell.height()), colors[k]);
+    x = std::max(x, x1);
+  }
+  if (cell.width() >= 26 && cell.height() >= 12) {
+    p.setPen(Qt::black);
+    p.drawText(cell, Qt::AlignCenter, QString::number(c.total()));
+  }
+}
+
+void HeadGrid::paintHeat(QPainter& p, const QRect& cell, int layer, int head) const {
+  // Colour: the fraction of the conversation's positions the head keeps (the β ramp: dark = few).
+  p.fillRect(cell, ModalityPalette::ramp(keptFraction(layer, head)));
+  // Along the bottom: the kept entries' text / image / special split.
+  const trimkv::ModalityCounts c = cellCounts(layer, head);
+  const int stripe = cell.height() >= 9 ? 3 : cell.height() >= 6 ? 2 : 0;
+  if (stripe > 0 && c.total() > 0) {
+    const double w = static_cast<double>(cell.width()) / static_cast<double>(c.total());
+    const int xText = cell.left() + static_cast<int>(c.text * w + 0.5);
+    const int xImage = cell.left() + static_cast<int>((c.text + c.image) * w + 0.5);
+    const int y = cell.bottom() - stripe + 1;
+    p.fillRect(QRect(cell.left(), y, xText - cell.left(), stripe), ModalityPalette::text());
+    p.fillRect(QRect(xText, y, xImage - xText, stripe), ModalityPalette::image());
+    p.fillRect(QRect(xImage, y, cell.right() + 1 - xImage, stripe), ModalityPalette::special());
+  }
+  if (cell.width() >= 30 && cell.height() >= 14) {
+    const double f = keptFraction(layer, head);
+    p.setPen(f > 0.6 ? Qt::black : Qt::white);
+    p.drawText(cell.adjusted(0, 0, 0, -stripe), Qt::AlignCenter, QStringLiteral("%1%").arg(100.0 * f, 0, 'f', 0));
+  }
+}
+
+QString HeadGrid::tooltipFor(int l, int h) const {
+  const trimkv::ModalityCounts c = cellCounts(l, h);
+  QString tip = tr("Layer %1, KV head %2\n%3 entries kept: %4 text, %5 image, %6 special")
+                    .arg(l).arg(h).arg(c.total()).arg(c.text).arg(c.image).arg(c.special);
+  if (m_kv && m_kv->n_tokens > 0) {
+    const trimkv::Modality text = trimkv::Modality::Text, image = trimkv::Modality::Image;
+    tip += tr("\nkeeps %1% of the conversation's %2 positions").arg(100.0 * keptFraction(l, h), 0, 'f', 1).arg(m_stream.total());
+    if (m_stream.text > 0) tip += tr("\n  text: %1% of %2").arg(100.0 * keptFraction(l, h, &text), 0, 'f', 1).arg(m_stream.text);
+    if (m_stream.image > 0)
+      tip += tr("\n  image: %1% of %2").arg(100.0 * keptFraction(l, h, &image), 0, 'f', 1).arg(m_stream.image);
+  }
+  if (m_kv && m_kv->budget_global > 0 && !m_kv->heads.empty())
+    tip += tr("\nbudget: M_global = %1 entries over %2 heads (M = %3 per head on average)")
+               .arg(m_kv->budget_global)
+               .arg(m_kv->heads.size())
+               .arg(m_kv->budget_global / static_cast<int64_t>(m_kv->heads.size()));
+  return tip;
 }
 
 void HeadGrid::mousePressEvent(QMouseEvent* event) {
@@ -146,16 +219,7 @@ bool HeadGrid::event(QEvent* event) {
     auto* help = static_cast<QHelpEvent*>(event);
     int l = 0, h = 0;
     if (cellAt(help->pos(), l, h)) {
-      const trimkv::ModalityCounts c = cellCounts(l, h);
-      QString tip = tr("Layer %1, KV head %2\n%3 entries kept: %4 text, %5 image, %6 special")
-                        .arg(l).arg(h).arg(c.total()).arg(c.text).arg(c.image).arg(c.special);
-      if (m_kv->n_tokens > 0) tip += tr("\nof %1 tokens in the conversation").arg(m_kv->n_tokens);
-      if (m_kv->budget_global > 0 && !m_kv->heads.empty())
-        tip += tr("\nbudget: M_global = %1 entries over %2 heads (M = %3 per head on average)")
-                   .arg(m_kv->budget_global)
-                   .arg(m_kv->heads.size())
-                   .arg(m_kv->budget_global / static_cast<int64_t>(m_kv->heads.size()));
-      QToolTip::showText(help->globalPos(), tip, this);
+      QToolTip::showText(help->globalPos(), tooltipFor(l, h), this);
     } else {
       QToolTip::showText(help->globalPos(), toolTip(), this);
     }

@@ -1,7 +1,9 @@
 #include "head_strip.h"
 
 #include <QHelpEvent>
+#include <QPaintEvent>
 #include <QPainter>
+#include <QWheelEvent>
 #include <QToolTip>
 #include <algorithm>
 #include <cmath>
@@ -12,6 +14,7 @@
 namespace {
 constexpr int kRowH = 14, kRowGap = 3, kMinCellW = 3, kMaxCellW = 12;
 constexpr int kBandH = 5;  // the β / score band at the bottom of a kept cell
+constexpr int kZoomSteps[] = {1, 2, 3, 4, 6, 8, 12, 16, 24};  // fixed cell widths
 
 // A token's text for a tooltip: visible whitespace, at most a few dozen characters.
 QString shownText(const std::string& text) {
@@ -34,9 +37,37 @@ void HeadStrip::setFrame(std::shared_ptr<const trimkv::KvSnapshot> kv,
   m_kv = std::move(kv);
   m_tokens = std::move(tokens);
   rebuildIndex();
+  relayout();
+}
+
+void HeadStrip::relayout() {
   updateGeometry();
   setMinimumHeight(heightForWidth(width()));
   update();
+}
+
+void HeadStrip::setCellWidth(int pixels) {
+  m_fixedCell = pixels <= 0 ? 0 : std::clamp(pixels, kZoomSteps[0], kZoomSteps[std::size(kZoomSteps) - 1]);
+  relayout();
+}
+
+void HeadStrip::zoomIn() {
+  const int now = cellWidth(width());
+  for (int w : kZoomSteps)
+    if (w > now) return setCellWidth(w);
+}
+
+void HeadStrip::zoomOut() {
+  const int now = cellWidth(width());
+  for (auto it = std::rbegin(kZoomSteps); it != std::rend(kZoomSteps); ++it)
+    if (*it < now) return setCellWidth(*it);
+}
+
+void HeadStrip::wheelEvent(QWheelEvent* event) {
+  if (!(event->modifiers() & Qt::ControlModifier)) return QWidget::wheelEvent(event);  // scrolls
+  if (event->angleDelta().y() > 0) zoomIn();
+  else if (event->angleDelta().y() < 0) zoomOut();
+  event->accept();
 }
 
 void HeadStrip::setHead(int layer, int head) {
@@ -64,10 +95,14 @@ void HeadStrip::rebuildIndex() {
   if (!m_kv) return;
   const size_t n = static_cast<size_t>(std::max<int64_t>(m_kv->n_tokens, 0));
   if (m_all) {
-    m_keepers.assign(n, 0);
-    for (const trimkv::HeadSnapshot& hs : m_kv->heads)
-      for (const trimkv::SnapshotEntry& e : hs.entries)
-        if (e.token_index >= 0 && static_cast<size_t>(e.token_index) < n) ++m_keepers[static_cast<size_t>(e.token_index)];
+    if (m_kv->keepers.size() == n) {  // counted by the snapshot
+      m_keepers = m_kv->keepers;
+    } else {
+      m_keepers.assign(n, 0);
+      for (const trimkv::HeadSnapshot& hs : m_kv->heads)
+        for (const trimkv::SnapshotEntry& e : hs.entries)
+          if (e.token_index >= 0 && static_cast<size_t>(e.token_index) < n) ++m_keepers[static_cast<size_t>(e.token_index)];
+    }
   }
   m_entryOf.assign(n, -1);
   const auto& g = m_kv->geometry;
@@ -112,6 +147,7 @@ double HeadStrip::shadeOf(int position) const {
 }
 
 int HeadStrip::cellWidth(int width) const {
+  if (m_fixedCell > 0) return m_fixedCell;
   const int n = std::max<int>(static_cast<int>(m_entryOf.size()), 1);
   return std::clamp(width / n, kMinCellW, kMaxCellW);
 }
@@ -133,7 +169,7 @@ void HeadStrip::resizeEvent(QResizeEvent* event) {
 
 QRect HeadStrip::cellRect(int position) const {
   const int cw = cellWidth(width()), per = perRow(width());
-  const int gap = cw >= 5 ? 1 : 0;
+  const int gap = cw >= 5 ? 1 : 0;  // narrow cells touch
   return QRect((position % per) * cw, (position / per) * (kRowH + kRowGap), cw - gap, kRowH);
 }
 
@@ -145,14 +181,19 @@ int HeadStrip::positionAt(const QPoint& p) const {
   return pos < static_cast<int>(m_entryOf.size()) ? pos : -1;
 }
 
-void HeadStrip::paintEvent(QPaintEvent*) {
+void HeadStrip::paintEvent(QPaintEvent* event) {
   QPainter p(this);
   if (m_entryOf.empty()) {
     p.setPen(palette().color(QPalette::PlaceholderText));
     p.drawText(rect(), Qt::AlignLeft | Qt::AlignVCenter, tr("No tokens yet."));
     return;
   }
-  for (size_t t = 0; t < m_entryOf.size(); ++t) {
+  // The rows the exposed region touches, nothing else (inside a scroll area: the viewport).
+  const int per = perRow(width()), rowH = kRowH + kRowGap;
+  const int firstRow = std::max(0, event->rect().top() / rowH), lastRow = event->rect().bottom() / rowH;
+  const size_t begin = static_cast<size_t>(firstRow) * static_cast<size_t>(per);
+  const size_t end = std::min(m_entryOf.size(), static_cast<size_t>(lastRow + 1) * static_cast<size_t>(per));
+  for (size_t t = begin; t < end; ++t) {
     const int pos = static_cast<int>(t);
     const QRect cell = cellRect(pos);
     QColor c = ModalityPalette::unknown();

@@ -3,7 +3,10 @@
 // A kept position also carries a band in the β / score ramp (modality_palette.h): β = exp(log β)
 // of its entry (the retention gate's per-step keep factor; 1 = never forgotten), or the policy's
 // score scaled over the head's kept entries (lowest to highest). Hover names the position: its
-// token text, modality, message and image patch, and for kept entries β and score.
+// token text, modality, message and image patch, and for kept entries β and score. Zoom (Ctrl +
+// wheel, zoomIn / zoomOut, or a fixed cell width) from 1 to 24 pixels per position; "fit" (the
+// default) sizes cells to the width. Only the exposed rows are painted, so a 16K-position
+// conversation scrolls at the cost of what is on screen.
 #pragma once
 #include <QWidget>
 #include <memory>
@@ -32,6 +35,12 @@ class HeadStrip : public QWidget {
   double shadeOf(int position) const;
   QString tooltipFor(int position) const;  // what hovering the position shows
   QRect cellRect(int position) const;      // where the position is drawn
+  // Pixels per position: 0 = fit the width (3..12), else fixed (1..24).
+  void setCellWidth(int pixels);
+  int cellWidthSetting() const { return m_fixedCell; }
+  int shownCellWidth() const { return cellWidth(width()); }
+  void zoomIn();   // the next wider step (from fit: the width now shown)
+  void zoomOut();
 
   bool hasHeightForWidth() const override { return true; }
   int heightForWidth(int width) const override;
@@ -40,6 +49,7 @@ class HeadStrip : public QWidget {
  protected:
   void paintEvent(QPaintEvent* event) override;
   void resizeEvent(QResizeEvent* event) override;
+  void wheelEvent(QWheelEvent* event) override;
   bool event(QEvent* event) override;
 
  private:
@@ -49,8 +59,11 @@ class HeadStrip : public QWidget {
   void rebuildIndex();
   const trimkv::SnapshotEntry* entryAt(int position) const;  // the selected head's, or null
 
+  void relayout();  // height for the width after a change of cells or zoom
+
   std::shared_ptr<const trimkv::KvSnapshot> m_kv;
   std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;
+  int m_fixedCell = 0;
   int m_layer = 0, m_head = 0;
   std::vector<int32_t> m_entryOf;  // [n_tokens]: index into the head's entries, -1 if evicted
   bool m_all = false;

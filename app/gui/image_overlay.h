@@ -20,13 +20,18 @@ class ImageOverlay : public QWidget {
  public:
   explicit ImageOverlay(QWidget* parent = nullptr);
 
-  void setFrame(const std::vector<trimkv::ImageRecord>& images, std::shared_ptr<const trimkv::KvSnapshot> kv);
+  // `tokens` (optional): the conversation's positions; with the snapshot's keeper counts they
+  // let a frame look at the image's positions only instead of every entry of every head.
+  void setFrame(const std::vector<trimkv::ImageRecord>& images, std::shared_ptr<const trimkv::KvSnapshot> kv,
+                std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> tokens = nullptr);
   void setHead(int layer, int head);
   // All heads: each patch shaded by how many (layer, KV head) pairs keep it, with the count.
   void setAllHeads(bool all);
   // Kept patches of the shown image for the selected head, as (tile, row, col) keys.
   int keptPatchCount() const { return m_kept.size(); }
   int patchCount() const;  // of the shown image (every tile)
+  int gridRows() const;    // visual tokens per tile: rows x columns (any aspect)
+  int gridCols() const;
   int nHeadsTotal() const { return m_kv ? static_cast<int>(m_kv->heads.size()) : 0; }
   // All-heads mode: heads keeping patch (tile, row, col) of the shown image.
   int keepersOf(int tile, int row, int col) const { return m_keepers.value(key(tile, row, col), 0); }
@@ -47,6 +52,7 @@ class ImageOverlay : public QWidget {
   QImage m_image;
   QString m_imagePath;
   std::shared_ptr<const trimkv::KvSnapshot> m_kv;
+  std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;
   int m_layer = 0, m_head = 0;
   QSet<qint64> m_kept;         // patches the selected head keeps
   QHash<qint64, int> m_keepers;  // all-heads mode: heads keeping each patch

@@ -29,8 +29,12 @@ int main(int argc, char** argv) {
   const QCommandLineOption shotOpt(QStringLiteral("screenshot"),
                                    QStringLiteral("Run the sample conversation, save the window as FILE (PNG) and exit."),
                                    QStringLiteral("FILE"));
+  const QCommandLineOption threadsOpt(QStringLiteral("threads"),
+                                      QStringLiteral("CPU threads for the model's math (default: every core)."),
+                                      QStringLiteral("N"));
   parser.addOption(modelOpt);
   parser.addOption(shotOpt);
+  parser.addOption(threadsOpt);
   parser.process(app);
 
   QString modelDir = parser.value(modelOpt);
@@ -44,6 +48,14 @@ int main(int argc, char** argv) {
   }
 
   MainWindow window;
+  bool threadsOk = true;
+  const int threads = parser.isSet(threadsOpt) ? parser.value(threadsOpt).toInt(&threadsOk) : 0;
+  if (!threadsOk || threads < 0) {
+    std::fprintf(stderr, "trimkv-studio: --threads wants a whole number >= 0, got '%s'\n",
+                 qPrintable(parser.value(threadsOpt)));
+    return 2;
+  }
+  if (threads > 0) window.setThreads(threads);
   if (parser.isSet(shotOpt)) {
     if (!modelError.isEmpty()) {
       std::fprintf(stderr, "trimkv-studio: --screenshot failed: %s\n", qPrintable(modelError));
@@ -57,7 +69,8 @@ int main(int argc, char** argv) {
     return app.exec();
   }
 
-  window.restoreSettings();
+  window.restoreSettings();  // a stored thread count yields to --threads
+  if (threads > 0) window.setThreads(threads);
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());
   window.show();
   // The sample conversation, ready to send: its question in the input, its image attached.

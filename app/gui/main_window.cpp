@@ -203,6 +203,10 @@ void MainWindow::buildMenus() {
   m_templateVarsAction->setToolTip(tr("Variables the model's chat template reads, e.g. enable_thinking=false "
                                       "for Qwen3 (a new conversation starts with them)"));
   connect(m_templateVarsAction, &QAction::triggered, this, &MainWindow::editTemplateVariables);
+  QAction* threads = chat->addAction(tr("CPU &threads…"));
+  threads->setObjectName(QStringLiteral("threadsAction"));
+  threads->setToolTip(tr("How many CPU threads the model's math uses (default: every core)"));
+  connect(threads, &QAction::triggered, this, &MainWindow::editThreads);
 
   QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
   m_compareAction = analysis->addAction(tr("&Compare two settings…"));
@@ -409,9 +413,22 @@ void MainWindow::buildCentral() {
   scrubRow->addWidget(m_scrubLabel);
   scrubRow->addWidget(m_liveButton);
   gridLayout->addLayout(scrubRow);
+  auto* gridTitleRow = new QHBoxLayout;
   auto* gridTitle = new QLabel(tr("<b>KV entries kept per layer and KV head</b> &nbsp; ") + legendHtml(), gridBox);
-  gridLayout->addWidget(gridTitle);
+  m_gridMode = new QComboBox(gridBox);
+  m_gridMode->setObjectName(QStringLiteral("gridMode"));
+  m_gridMode->addItem(tr("cells: auto"), static_cast<int>(HeadGrid::Mode::Auto));
+  m_gridMode->addItem(tr("cells: bars"), static_cast<int>(HeadGrid::Mode::Bars));
+  m_gridMode->addItem(tr("cells: heatmap"), static_cast<int>(HeadGrid::Mode::Heatmap));
+  m_gridMode->setToolTip(tr("Bars: each head's kept entries by modality, relative to the fullest head. Heatmap: "
+                            "the fraction of the conversation each head keeps, dark violet (little) to yellow "
+                            "(all), its text / image split along the bottom. Auto: heatmap when cells are small."));
+  gridTitleRow->addWidget(gridTitle, 1);
+  gridTitleRow->addWidget(m_gridMode);
+  gridLayout->addLayout(gridTitleRow);
   m_grid = new HeadGrid(gridBox);
+  connect(m_gridMode, qOverload<int>(&QComboBox::currentIndexChanged), this,
+          [this](int) { m_grid->setMode(static_cast<HeadGrid::Mode>(m_gridMode->currentData().toInt())); });
   gridLayout->addWidget(m_grid, 1);
   connect(m_grid, &HeadGrid::headSelected, this, &MainWindow::onHeadSelected);
 
@@ -437,7 +454,22 @@ void MainWindow::buildCentral() {
   connect(m_shade, qOverload<int>(&QComboBox::currentIndexChanged), this, [this](int) {
     m_strip->setShade(static_cast<HeadStrip::Shade>(m_shade->currentData().toInt()));
   });
+  auto zoomButton = [&](const QString& text, const QString& tip, const char* name) {
+    auto* b = new QToolButton(stripBox);
+    b->setText(text);
+    b->setToolTip(tip);
+    b->setObjectName(QString::fromLatin1(name));
+    headRow->addWidget(b);
+    return b;
+  };
   headRow->addWidget(m_headLabel, 1);
+  connect(zoomButton(QStringLiteral("−"), tr("Narrower positions: more of the conversation per row (Ctrl+wheel)"),
+                     "stripZoomOut"),
+          &QToolButton::clicked, this, [this] { m_strip->zoomOut(); });
+  connect(zoomButton(QStringLiteral("+"), tr("Wider positions (Ctrl+wheel)"), "stripZoomIn"), &QToolButton::clicked, this,
+          [this] { m_strip->zoomIn(); });
+  connect(zoomButton(tr("Fit"), tr("Positions sized to the width"), "stripZoomFit"), &QToolButton::clicked, this,
+          [this] { m_strip->setCellWidth(0); });
   headRow->addWidget(m_shade);
   headRow->addWidget(m_allHeads);
   stripLayout->addLayout(headRow);
@@ -515,6 +547,7 @@ void MainWindow::connectWorker() {
   connect(m_worker, &SessionWorker::userTurnStarted, this, &MainWindow::onUserTurnStarted, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::answerReplayed, this, &MainWindow::onAnswerReplayed, Qt::QueuedConnection);
   connect(this, &MainWindow::requestEviction, m_worker, &SessionWorker::setEviction, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestThreads, m_worker, &SessionWorker::setThreads, Qt::QueuedConnection);
   connect(this, &MainWindow::requestGenerationParams, m_worker, &SessionWorker::setGenerationParams,
           Qt::QueuedConnection);
   // Results: values, queued onto the GUI thread.
@@ -560,6 +593,7 @@ const QString kBudgetKey = QStringLiteral("eviction/budgetPerHead");
 const QString kSystemPromptKey = QStringLiteral("chat/systemPrompt");
 const QString kBudgetUnitKey = QStringLiteral("eviction/budgetUnit");
 const QString kPolicyOptionsKey = QStringLiteral("eviction/options");
+const QString kThreadsKey = QStringLiteral("compute/threads");
 }  // namespace
 
 void MainWindow::restoreSettings() {
@@ -572,6 +606,7 @@ void MainWindow::restoreSettings() {
     split->restoreState(s.value(kInspectorSplitKey).toByteArray());
   m_systemPanel->setText(s.value(kSystemPromptKey).toString());
   syncSystemPrompt();
+  if (s.contains(kThreadsKey) && m_threads == 0) setThreads(s.value(kThreadsKey).toInt());
   m_budgetFromSettings = s.contains(kBudgetKey);
   const int budget = s.value(kBudgetKey, kDefaultBudget).toInt();
   m_budget->setEntriesPerHead(budget);
@@ -842,6 +877,25 @@ QString MainWindow::defaultAutosaveFile() {
       .filePath(QStringLiteral("autosave/conversation.json"));
 }
 
+void MainWindow::setThreads(int threads) {
+  m_threads = std::max(threads, 0);
+  Q_EMIT requestThreads(m_threads);
+}
+
+int MainWindow::threadsInUse() const { return m_worker->threadsInUse(); }
+
+void MainWindow::editThreads() {
+  bool ok = false;
+  const int cores = std::max(1, QThread::idealThreadCount());
+  const int n = QInputDialog::getInt(this, tr("CPU threads"),
+                                     tr("Threads for the model's math (this machine has %1; 0 = all of them):").arg(cores),
+                                     m_threads, 0, 4 * cores, 1, &ok);
+  if (!ok) return;
+  setThreads(n);
+  if (m_persist) QSettings().setValue(kThreadsKey, m_threads);
+  statusBar()->showMessage(tr("Computing with %1 threads").arg(n > 0 ? n : cores), 4000);
+}
+
 void MainWindow::setAutosaveFile(const QString& path) {
   m_autosaveFile = path;
   m_conversationList->setAutosaveFile(path);
@@ -1091,10 +1145,10 @@ void MainWindow::onEvictionApplied(const trimkv::EvictionSettings& settings) {
 
 void MainWindow::showFrame(const InspectorFrame& frame) {
   m_shownFrame = frame;
-  m_grid->setSnapshot(frame.kv);
+  m_grid->setSnapshot(frame.kv, frame.tokens.get());
   m_strip->setFrame(frame.kv, frame.tokens);
   m_strip->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
-  m_overlay->setFrame(frame.state.images, frame.kv);
+  m_overlay->setFrame(frame.state.images, frame.kv, frame.tokens);
   m_overlay->setHead(m_grid->selectedLayer(), m_grid->selectedHead());
   onHeadSelected(m_grid->selectedLayer(), m_grid->selectedHead());
 }

@@ -80,6 +80,11 @@ class MainWindow : public QMainWindow {
   // default; the application sets defaultAutosaveFile()).
   void setAutosaveFile(const QString& path);
   const QString& autosaveFile() const { return m_autosaveFile; }
+  // CPU threads for the model's math (0 = every core, the default; --threads, Conversation > CPU
+  // threads…). threadsInUse(): what the worker thread runs with now.
+  void setThreads(int threads);
+  int threads() const { return m_threads; }
+  int threadsInUse() const;
   static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
   // When the autosave file holds a conversation, asks (non-modal) whether to open it; autosaving
   // pauses until the answer, so the conversation on offer is not overwritten meanwhile.
@@ -93,6 +98,7 @@ class MainWindow : public QMainWindow {
   // Conversation > Chat template variables…: "name=value" lines for the template (a new
   // conversation starts with them).
   void editTemplateVariables();
+  void editThreads();  // Conversation > CPU threads…
   void setTemplateVariables(const QStringList& lines);
   QStringList templateVariables() const;  // NAME=VALUE lines
   void saveConversation(const QString& path);
@@ -122,9 +128,9 @@ class MainWindow : public QMainWindow {
   const trimkv::EvictionSettings& eviction() const { return m_eviction; }  // in force in the worker
   HeadGrid* headGrid() const { return m_grid; }
   HeadStrip* headStrip() const { return m_strip; }
+  ImageOverlay* imageOverlay() const { return m_overlay; }
   QCheckBox* allHeadsToggle() const { return m_allHeads; }
   QComboBox* shadeCombo() const { return m_shade; }
-  ImageOverlay* imageOverlay() const { return m_overlay; }
   TimelineChart* timeline() const { return m_timeline; }
   ConversationView* conversation() const { return m_conversation; }
   ChatInput* input() const { return m_input; }
@@ -185,6 +191,7 @@ class MainWindow : public QMainWindow {
   void requestAutosaveFile(const QString& path);
   void requestEviction(const trimkv::EvictionSettings& settings);
   void requestGenerationParams(const trimkv::GenerationParams& params);
+  void requestThreads(int threads);
   void requestTranscript();
   // To the analysis worker (queued).
   void requestCompare(const CompareRequest& request);
@@ -309,6 +316,8 @@ class MainWindow : public QMainWindow {
   QWidget* m_loadBar = nullptr;  // busy indicator while a model loads
   QMenu* m_recentMenu = nullptr;
   QString m_autosaveFile;
+  QComboBox* m_gridMode = nullptr;
+  int m_threads = 0;
 
   ModelSummary m_model;
   bool m_hasModel = false;

@@ -8,6 +8,7 @@
 #include "conversation_file.h"
 #include "display_message.h"
 #include "worker_support.h"
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 
 using trimkv::vision::ChatEngine;
@@ -45,8 +46,15 @@ SessionWorker::~SessionWorker() = default;
 
 void SessionWorker::requestStop() { m_cancel.store(true); }
 
+void SessionWorker::setThreads(int threads) {
+  m_threads = std::max(threads, 0);
+  m_threadsInUse.store(trimkv::set_compute_threads(m_threads));
+}
+
 void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   BusyScope<SessionWorker> busy(this);
+  // OpenMP keeps the thread count per thread: this one's must be set here, not in main().
+  m_threadsInUse.store(trimkv::set_compute_threads(m_threads));
   Q_EMIT modelLoading(dir);
   std::unique_ptr<ChatEngine> engine;
   try {
@@ -388,10 +396,8 @@ std::optional<TurnStats> SessionWorker::generateAnswer(const QElapsedTimer& cloc
   m_pendingText.clear();
   m_textClock.start();
   m_frameClock.start();
-  double firstTextMs = -1;
   const double respondStartMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
   auto onText = [&](const std::string& piece) {
-    if (firstTextMs < 0) firstTextMs = static_cast<double>(clock.nsecsElapsed()) / 1e6;
     m_pendingText += QString::fromStdString(piece);
     if (m_textClock.elapsed() >= kMinEmitIntervalMs) flushText();
     // The callback runs between decode steps: the cache is consistent and may be read.
@@ -419,7 +425,9 @@ std::optional<TurnStats> SessionWorker::generateAnswer(const QElapsedTimer& cloc
   stats.stopReason = QString::fromStdString(result.stop_reason);
   stats.promptTokens = promptTokens;
   stats.generatedTokens = static_cast<int64_t>(result.tokens.size());
-  stats.timeToFirstTokenMs = firstTextMs >= 0 ? firstTextMs : respondStartMs + result.prefill_ms;
+  // Wall time from the request to the first sampled token (not to the first printable text: a
+  // token may decode to nothing shown yet); the prompt's prefill happened before respond().
+  stats.timeToFirstTokenMs = respondStartMs + std::max(result.first_token_ms, 0.0);
   if (stats.generatedTokens > 1 && result.decode_ms > 0)
     stats.tokensPerSecond = static_cast<double>(stats.generatedTokens - 1) / (result.decode_ms / 1000.0);
   emitFrame(QStringLiteral("idle"), stats.generatedTokens, true);

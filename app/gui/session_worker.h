@@ -48,6 +48,8 @@ class SessionWorker : public QObject {
   // turn runs): the turn in flight stops at its next token. A stop before a request has no effect
   // on later requests.
   void requestStop();
+  // Threads the model's math uses on the worker thread (set there by setThreads / loadModel).
+  int threadsInUse() const { return m_threadsInUse.load(); }
 
  public Q_SLOTS:
   // gates: "" = the folder's own retention gates (if any), "none", or a gates file
@@ -85,6 +87,8 @@ class SessionWorker : public QObject {
   // Emits transcriptProvided with the conversation as it stands (after the requests before it).
   void provideTranscript();
   void setGenerationParams(const trimkv::GenerationParams& params);
+  // CPU threads for the model's math (0 = every core, the default), set on the worker thread.
+  void setThreads(int threads);
 
  Q_SIGNALS:
   void busyChanged(bool busy);
@@ -151,6 +155,8 @@ class SessionWorker : public QObject {
   QString m_autosaveFile;
   bool m_autosaveFailed = false;  // reported already
   std::atomic<bool> m_cancel{false};
+  int m_threads = 0;                    // the setting (0 = every core)
+  std::atomic<int> m_threadsInUse{0};   // what the worker thread uses
   // The stream's positions as last read (ChatEngine::tokens), shared with the frames sent.
   std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;
 

@@ -1,9 +1,12 @@
 #include "trimkv/core/cpu_tuning.h"
 
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 namespace trimkv {
 
@@ -40,6 +43,12 @@ void tune_cpu_runtime(char** argv) {
   // Both variables are read when the libraries load, before main(): start again with them set.
   if (changed) execv("/proc/self/exe", argv);
   // Here execv failed or nothing changed: carry on as we are.
+}
+
+int set_compute_threads(int n) {
+  const int want = n > 0 ? n : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  at::set_num_threads(want);
+  return at::get_num_threads();
 }
 
 }  // namespace trimkv

@@ -1,7 +1,6 @@
 #include "trimkv/core/engine_support.h"
 
-#include <ATen/Parallel.h>
-
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 
@@ -11,7 +10,7 @@ void apply_engine_options(const EngineOptions& options) {
   TRIMKV_CHECK(options.threads >= 0, Input, "threads must be >= 0, got ", options.threads);
   TRIMKV_CHECK(options.prefill_chunk > 0, Input, "prefill chunk must be > 0, got ", options.prefill_chunk);
   TRIMKV_CHECK(options.block_size > 0, Input, "block size must be > 0, got ", options.block_size);
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  if (options.threads > 0) set_compute_threads(options.threads);
 }
 
 LoadedGates load_engine_gates(const EngineOptions& options, const std::string& checkpoint_dir,

@@ -17,6 +17,9 @@
 #include <QJsonObject>
 #include <QTextBlock>
 #include <QScrollBar>
+#include <QStatusBar>
+#include <QLabel>
+#include <QWheelEvent>
 #include <cmath>
 #include <QDir>
 #include <QFileInfo>
@@ -1398,6 +1401,145 @@ class MainWindowTest : public QObject {
     for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
     QVERIFY(m_window->imageTabVisible());
     QVERIFY(m_window->attachButton()->isEnabled());
+  }
+
+  void theWorkerComputesWithTheThreadSetting() {
+    // Default: every core, on the worker's own thread (OpenMP keeps the count per thread).
+    const int cores = std::max(1, QThread::idealThreadCount());
+    QCOMPARE(m_window->threads(), 0);
+    QCOMPARE(m_window->threadsInUse(), cores);
+    m_window->setThreads(1);
+    QTRY_COMPARE_WITH_TIMEOUT(m_window->threadsInUse(), 1, 5000);
+    QVERIFY(answer(QStringLiteral("One thread now."), {}).generatedTokens > 0);
+    m_window->setThreads(0);
+    QTRY_COMPARE_WITH_TIMEOUT(m_window->threadsInUse(), cores, 5000);
+  }
+
+  void theTimesShownAreWallTime() {
+    QElapsedTimer wall;
+    wall.start();
+    const TurnStats stats = answer(QStringLiteral("How long does this take?"), {kImage});
+    const double wallMs = static_cast<double>(wall.nsecsElapsed()) / 1e6;
+    QVERIFY(stats.generatedTokens > 1);
+    // The first token comes after the request and before the answer ends; the decode rate's
+    // steps fit in the same wall time.
+    QVERIFY(stats.timeToFirstTokenMs > 0);
+    QVERIFY2(stats.timeToFirstTokenMs <= wallMs, qPrintable(QStringLiteral("%1 > %2").arg(stats.timeToFirstTokenMs).arg(wallMs)));
+    QVERIFY(stats.tokensPerSecond > 0);
+    const double decodeMs = 1000.0 * static_cast<double>(stats.generatedTokens - 1) / stats.tokensPerSecond;
+    QVERIFY(stats.timeToFirstTokenMs + decodeMs <= wallMs * 1.01 + 1);
+    // The status bar shows those numbers.
+    const QString speed = QStringLiteral("first token %1 s").arg(stats.timeToFirstTokenMs / 1000.0, 0, 'f', 2);
+    bool shown = false;
+    for (QLabel* l : m_window->statusBar()->findChildren<QLabel*>()) shown = shown || l->text().contains(speed);
+    QVERIFY(shown);
+  }
+
+  void theGridShowsFractionsAsAHeatmapAtScale() {
+    // A Qwen2.5-VL-3B-shaped cache: 36 layers x 2 KV heads; head (l, h) keeps l + 1 of 40 text
+    // positions and all 60 image ones.
+    auto kv = std::make_shared<trimkv::KvSnapshot>();
+    kv->n_tokens = 100;
+    kv->geometry.n_layer = 36;
+    kv->geometry.n_kv_head = 2;
+    auto tokens = std::make_shared<std::vector<trimkv::vision::StreamToken>>(100);
+    for (int t = 40; t < 100; ++t) (*tokens)[static_cast<size_t>(t)].info.modality = trimkv::Modality::Image;
+    for (int l = 0; l < 36; ++l)
+      for (int h = 0; h < 2; ++h) {
+        trimkv::HeadSnapshot hs;
+        hs.counts.text = l + 1;
+        hs.counts.image = 60;
+        kv->heads.push_back(hs);
+      }
+    HeadGrid grid;
+    grid.resize(300, 420);  // 36 rows: cells too small for bars
+    grid.setSnapshot(kv, tokens.get());
+    QVERIFY(grid.showsHeatmap());
+    QCOMPARE(grid.keptFraction(9, 1), 70.0 / 100.0);
+    const trimkv::Modality text = trimkv::Modality::Text, image = trimkv::Modality::Image;
+    QCOMPARE(grid.keptFraction(9, 1, &text), 10.0 / 40.0);
+    QCOMPARE(grid.keptFraction(9, 1, &image), 1.0);
+    const QString tip = grid.tooltipFor(9, 1);
+    QVERIFY2(tip.contains(QStringLiteral("70.0% of the conversation's 100 positions")) &&
+                 tip.contains(QStringLiteral("text: 25.0% of 40")) && tip.contains(QStringLiteral("image: 100.0% of 60")),
+             qPrintable(tip));
+    // The cell's colour is the ramp at its fraction (its top-left corner, above the split).
+    const QImage shot = grid.grab().toImage();
+    const int cellW = (300 - 34) / 2, cellH = (420 - 18) / 36;
+    const QColor at = shot.pixelColor(34 + cellW + 2, 18 + 9 * cellH + 1);
+    const QColor want = ModalityPalette::ramp(0.7);
+    QVERIFY2(std::abs(at.red() - want.red()) <= 2 && std::abs(at.green() - want.green()) <= 2 &&
+                 std::abs(at.blue() - want.blue()) <= 2,
+             qPrintable(at.name() + QStringLiteral(" vs ") + want.name()));
+    grid.setMode(HeadGrid::Mode::Bars);
+    QVERIFY(!grid.showsHeatmap());
+    grid.setMode(HeadGrid::Mode::Auto);
+    grid.resize(600, 36 * 20);  // room for bars again
+    QVERIFY(!grid.showsHeatmap());
+  }
+
+  void theStripZoomsAndScrolls() {
+    auto kv = std::make_shared<trimkv::KvSnapshot>();
+    kv->n_tokens = 4000;
+    kv->geometry.n_layer = 1;
+    kv->geometry.n_kv_head = 1;
+    kv->heads.resize(1);
+    auto tokens = std::make_shared<std::vector<trimkv::vision::StreamToken>>(4000);
+    HeadStrip strip;
+    strip.resize(400, 100);
+    strip.setFrame(kv, tokens);
+    QCOMPARE(strip.shownCellWidth(), 3);  // fit: the narrowest automatic width
+    const int fitHeight = strip.heightForWidth(400);
+    strip.zoomOut();
+    QCOMPARE(strip.shownCellWidth(), 2);
+    strip.setCellWidth(1);
+    QCOMPARE(strip.shownCellWidth(), 1);
+    QVERIFY(strip.heightForWidth(400) < fitHeight / 2);  // the whole conversation in a few rows
+    QCOMPARE(strip.cellRect(400).topLeft(), QPoint(0, 17));  // 400 per row: the second row starts
+    strip.zoomIn();
+    strip.zoomIn();
+    QCOMPARE(strip.shownCellWidth(), 3);
+    strip.setCellWidth(99);
+    QCOMPARE(strip.shownCellWidth(), 24);
+    QVERIFY(strip.heightForWidth(400) > fitHeight);
+    strip.setCellWidth(0);
+    QCOMPARE(strip.shownCellWidth(), 3);
+    // Ctrl+wheel zooms.
+    QWheelEvent wheel(QPointF(10, 10), QPointF(10, 10), QPoint(), QPoint(0, 120), Qt::NoButton, Qt::ControlModifier,
+                      Qt::NoScrollPhase, false);
+    QCoreApplication::sendEvent(&strip, &wheel);
+    QCOMPARE(strip.shownCellWidth(), 4);
+  }
+
+  void aQwenVlModelChatsWithImagesOfAnyShape() {
+    // The Qwen2.5-VL fixture (window attention, M-RoPE) in a second window.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.openModel(QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/qwen2_5_vl"));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(QString::fromStdString(w.model().vision.family), QStringLiteral("qwen2_vl"));
+    trimkv::GenerationParams params;
+    params.max_new_tokens = 8;
+    params.stop_at_eos = false;
+    w.setGenerationParams(params);
+    QSignalSpy finished(&w, &MainWindow::answerFinished);
+    w.sendTurn(QStringLiteral("What is tall here?"), {QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/images/qwen_tall.png")});
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).value<TurnStats>().generatedTokens, int64_t{8});
+    // 70x130 px -> 56x140 -> a 5 x 2 grid of merged patches, drawn at its own aspect ratio.
+    ImageOverlay* overlay = w.imageOverlay();
+    QVERIFY(overlay->hasImage());
+    QCOMPARE(overlay->gridRows(), 5);
+    QCOMPARE(overlay->gridCols(), 2);
+    QCOMPARE(overlay->patchCount(), 10);
+    QVERIFY(overlay->keptPatchCount() <= 10);
+    const trimkv::ImageRecord& r = w.lastFrame().state.images.at(0);
+    QCOMPARE(r.resized_width, 56);
+    QCOMPARE(r.resized_height, 140);
+    QCOMPARE(r.tile_size, 0);
+    saveShot(&w, QStringLiteral("qwen2_5_vl.png"));
   }
 };
 

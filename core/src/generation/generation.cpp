@@ -195,6 +195,7 @@ GenerationResult generate_from(TextRunner& runner, const std::vector<int32_t>& p
     }
     logits = logits.contiguous();
     const int32_t next = sampler.sample(logits.data_ptr<float>(), vocab, history);
+    if (r.tokens.empty()) r.first_token_ms = ms_since(t0);
     r.tokens.push_back(next);
     history.push_back(next);
     if (params.stop_at_eos && is_stop_token(model.config, params, next)) {

@@ -211,6 +211,7 @@ KvSnapshot make_snapshot(const KvBookkeeping& kv, const std::vector<std::vector<
   s.heads.resize(static_cast<size_t>(g.n_streams()));
   const size_t n_words = (static_cast<size_t>(kv.n_tokens()) + 63) / 64;
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  s.keepers.assign(static_cast<size_t>(kv.n_tokens()), 0);
   for (int il = 0; il < g.n_layer; ++il)
     for (int h = 0; h < g.n_kv_head; ++h) {
       const size_t si = static_cast<size_t>(il * g.n_kv_head + h);
@@ -232,6 +233,7 @@ KvSnapshot make_snapshot(const KvBookkeeping& kv, const std::vector<std::vector<
         se.patch_col = ti.patch_col;
         hs.entries.push_back(se);
         hs.counts.add(ti.modality);
+        ++s.keepers[static_cast<size_t>(se.token_index)];
         hs.kept_bits[static_cast<size_t>(se.token_index) / 64] |= uint64_t{1}
                                                                   << (se.token_index % 64);
       }

@@ -67,6 +67,16 @@ MappedFile::MappedFile(const std::string& path) : m_path(path) {
   ::close(fd);
 }
 
+void MappedFile::release(const uint8_t* p, size_t n) const {
+  TRIMKV_ASSERT(p >= m_data && p + n <= m_data + m_size);
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + page - 1) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + n) / page * page;
+  // A read-only private file mapping: MADV_DONTNEED only forgets the pages (advice; its result
+  // does not matter for correctness).
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
   if (m_data) ::munmap(const_cast<uint8_t*>(m_data), m_size);
 }

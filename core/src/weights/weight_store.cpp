@@ -138,7 +138,12 @@ at::Tensor WeightStore::load(const std::vector<std::string>& aliases,
   TRIMKV_CHECK(shape.empty() || info->shape == shape, Shape, "tensor '", info->name, "' in '",
                info->file, "' has shape ", shape_to_string(info->shape), " but the config implies ",
                shape_to_string(shape));
-  return tensor_to_float(*info);
+  at::Tensor t = tensor_to_float(*info);
+  for (const auto& f : m_files) {  // the converted copy is what stays: forget the mapped bytes
+    const auto it = f->tensors().find(info->name);
+    if (it != f->tensors().end() && &it->second == info) f->release(*info);
+  }
+  return t;
 }
 
 std::vector<std::string> WeightStore::names() const {

@@ -141,7 +141,7 @@ class QwenVlEncoder final : public TextTurnEncoder {
       r.resized_width = e.patches.resized_width;
       r.resized_height = e.patches.resized_height;
       r.n_tiles = 1;
-      r.tile_size = std::max(r.resized_width, r.resized_height);
+      r.tile_size = 0;  // not tiled: one grid over the resized image
       r.grid_rows = static_cast<int>(e.grid.rows);
       r.grid_cols = static_cast<int>(e.grid.cols);
       r.grid_side = static_cast<int>(std::max(e.grid.rows, e.grid.cols));

@@ -55,8 +55,9 @@ std::vector<Message> read_messages_file(const std::string& path);
 // of side tile_size / grid_side pixels at
 //   x = (t % tile_cols) * tile_size + c * tile_size / grid_side,  y likewise with rows
 // for t < tile_rows * tile_cols; the last tile (the global image, or the only one when the image
-// was not split) covers the whole resized image, cut into grid_rows x grid_cols cells (any
-// aspect ratio: Qwen-VL's merged grid).
+// was not split) covers the whole image, squeezed to tile_size x tile_size, cut into
+// grid_rows x grid_cols cells. tile_size 0: an any-resolution image (Qwen-VL), one grid of
+// grid_rows x grid_cols merged patches over the resized image at its own aspect ratio.
 struct ImageRecord {
   int16_t image_id = -1;
   std::string source;                          // file path
@@ -64,7 +65,7 @@ struct ImageRecord {
   int resized_width = 0, resized_height = 0;   // what the tiles were cut from
   int tile_rows = 0, tile_cols = 0;            // 0, 0: not split (one tile)
   int n_tiles = 0;                             // tile_rows * tile_cols + 1, or 1
-  int tile_size = 0;                           // pixels per tile side
+  int tile_size = 0;                           // pixels per tile side; 0: not tiled
   int grid_side = 0;                           // visual tokens per tile side (square tiles)
   int grid_rows = 0, grid_cols = 0;            // visual tokens per tile: rows x columns
   int64_t n_image_tokens = 0;                  // positions of modality image

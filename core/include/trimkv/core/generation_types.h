@@ -29,6 +29,8 @@ struct GenerationResult {
   std::vector<int32_t> prompt_ids;  // the prompt the answer follows (a chat turn: its own turn)
   double prefill_ms = 0;        // prompt prefill up to the first token's logits
   double decode_ms = 0;         // every decode step after that
+  double first_token_ms = -1;   // wall time from generate()'s start to the first token sampled
+                                // (its prefill included unless prefilled before); -1: none
   int64_t kv_entries = 0;       // entries held by the cache at the end
   int64_t kv_bytes = 0;         // bytes of K and V held at the end
   int64_t kv_text_entries = 0;  // entries held at the end whose token is text

@@ -29,6 +29,10 @@ class MappedFile {
   const uint8_t* data() const { return m_data; }
   size_t size() const { return m_size; }
   const std::string& path() const { return m_path; }
+  // Drops the resident pages wholly inside [p, p + n) (a range of this mapping) from the
+  // process's memory: the bytes stay readable (paged in again from the file). Loading calls it
+  // once a tensor is converted, so a checkpoint is not held twice (mapped and converted).
+  void release(const uint8_t* p, size_t n) const;
 
  private:
   std::string m_path;
@@ -57,6 +61,8 @@ class SafetensorsFile {
   const std::map<std::string, TensorInfo>& tensors() const { return m_tensors; }
   const std::map<std::string, std::string>& metadata() const { return m_metadata; }
   const std::string& path() const { return m_file->path(); }
+  // MappedFile::release of one of this file's tensors.
+  void release(const TensorInfo& t) const { m_file->release(t.data, t.n_bytes); }
 
  private:
   std::shared_ptr<MappedFile> m_file;

@@ -47,6 +47,9 @@ struct KvSnapshot {
   int64_t budget_global = -1;  // -1: unlimited
   int32_t blocks_used = 0, blocks_free = 0, blocks_capacity = 0, peak_blocks_used = 0;
   int64_t n_events = 0;  // compressions so far
+  // [n_tokens]: how many (layer, KV head) streams hold an entry for each token (what the
+  // Studio's all-heads views shade by), counted once here rather than per repaint.
+  std::vector<int32_t> keepers;
 
   const HeadSnapshot& head(int il, int h) const {
     return heads[static_cast<size_t>(il * geometry.n_kv_head + h)];
