@@ -1,5 +1,7 @@
 #include "main_window.h"
 
+#include "model_picker.h"
+
 #include <QAction>
 #include <QCheckBox>
 #include <QCloseEvent>
@@ -130,6 +132,12 @@ MainWindow::~MainWindow() {
 
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
+  QAction* pick = file->addAction(tr("Open &a model…"));
+  pick->setObjectName(QStringLiteral("pickModelAction"));
+  pick->setToolTip(tr("The models on this machine: the built-in demo model, the Hugging Face cache and recent "
+                      "folders (Ctrl+Shift+M)"));
+  pick->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_M));
+  connect(pick, &QAction::triggered, this, &MainWindow::pickModel);
   QAction* open = file->addAction(tr("Open &model folder…"));
   open->setObjectName(QStringLiteral("openModelAction"));
   open->setToolTip(tr("Open a model folder (a Hugging Face checkpoint of a supported family) (Ctrl+Shift+O)"));
@@ -227,6 +235,14 @@ void MainWindow::buildMenus() {
   tourAction->setToolTip(tr("A step-by-step walk through the sample conversation"));
   connect(tourAction, &QAction::triggered, this, &MainWindow::startTour);
   help->addAction(QWhatsThis::createAction(this));
+}
+
+ModelPicker* MainWindow::pickModel() {
+  auto* picker = new ModelPicker(this);
+  picker->setAttribute(Qt::WA_DeleteOnClose);
+  connect(picker, &ModelPicker::modelChosen, this, [this](const QString& dir) { openModel(dir); });
+  picker->open();
+  return picker;
 }
 
 void MainWindow::fillRecentMenu() {

@@ -36,6 +36,7 @@ class QTabWidget;
 class QAction;
 class QCheckBox;
 class QComboBox;
+class ModelPicker;
 class QLabel;
 class QMenu;
 class QPushButton;
@@ -60,6 +61,8 @@ class MainWindow : public QMainWindow {
   void openModel(const QString& dir, const QString& gates = QString());
   // Reloads the current model with other gates (a new conversation starts).
   void chooseGatesFile();
+  // File > Open a model…: the picker (non-modal; choosing a model opens it).
+  ModelPicker* pickModel();
   void sendTurn(const QString& text, const QStringList& images);  // as if typed and sent
   void stopGeneration();
   void regenerate();  // the last answer again, under the current settings

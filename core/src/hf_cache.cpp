@@ -1,8 +1,10 @@
 #include "trimkv/core/hf_cache.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
 
@@ -45,6 +47,40 @@ std::string resolve_model_dir(const std::string& spec) {
   TRIMKV_CHECK(fs::is_directory(snapshot), Format, "'", ref.string(), "' names snapshot ", hash,
                ", which is not in '", (repo / "snapshots").string(), "'");
   return snapshot.string();
+}
+
+std::vector<CachedRepo> list_cached_repos() {
+  std::vector<CachedRepo> out;
+  std::error_code ec;
+  const fs::path cache = hf_hub_cache_dir();
+  if (!fs::is_directory(cache, ec)) return out;
+  for (const fs::directory_entry& e : fs::directory_iterator(cache, ec)) {
+    const std::string folder = e.path().filename().string();
+    if (folder.rfind("models--", 0) != 0 || !e.is_directory(ec)) continue;
+    const std::string rest = folder.substr(8);
+    const size_t sep = rest.find("--");
+    if (sep == std::string::npos || sep == 0 || sep + 2 >= rest.size()) continue;
+    CachedRepo r;
+    r.repo_id = rest.substr(0, sep) + "/" + rest.substr(sep + 2);
+    try {
+      r.dir = resolve_model_dir(r.repo_id);
+    } catch (const Error& err) {
+      r.problem = err.what();
+      out.push_back(std::move(r));
+      continue;
+    }
+    for (const fs::directory_entry& f : fs::recursive_directory_iterator(r.dir, ec))
+      if (f.is_regular_file(ec)) r.bytes += f.file_size(ec);  // follows the snapshot's links
+    std::ifstream in(fs::path(r.dir) / "config.json");
+    const nlohmann::json j = in.good() ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
+    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string())
+      r.model_type = j["model_type"].get<std::string>();
+    else
+      r.problem = "no readable config.json with a model_type in '" + r.dir + "'";
+    out.push_back(std::move(r));
+  }
+  std::sort(out.begin(), out.end(), [](const CachedRepo& a, const CachedRepo& b) { return a.repo_id < b.repo_id; });
+  return out;
 }
 
 }  // namespace trimkv

@@ -60,6 +60,7 @@
 #include "image_viewer.h"
 #include "modality_palette.h"
 #include "main_window.h"
+#include "model_picker.h"
 #include "screenshot_run.h"
 #include "session_worker.h"
 #include "system_prompt_panel.h"
@@ -1540,6 +1541,45 @@ class MainWindowTest : public QObject {
     QCOMPARE(r.resized_height, 140);
     QCOMPARE(r.tile_size, 0);
     saveShot(&w, QStringLiteral("qwen2_5_vl.png"));
+  }
+  void theModelPickerListsTheHuggingFaceCache() {
+    // A cache laid out as huggingface_hub does, holding the Qwen2.5-VL fixture and a broken repo.
+    QTemporaryDir cache;
+    const QString repo = cache.filePath(QStringLiteral("models--test--qwen-tiny"));
+    QVERIFY(QDir().mkpath(repo + QStringLiteral("/refs")) && QDir().mkpath(repo + QStringLiteral("/snapshots/c0ffee")));
+    QFile ref(repo + QStringLiteral("/refs/main"));
+    QVERIFY(ref.open(QIODevice::WriteOnly));
+    ref.write("c0ffee");
+    ref.close();
+    const QDir fixture(QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/qwen2_5_vl"));
+    for (const QString& f : fixture.entryList(QDir::Files))
+      QVERIFY(QFile::link(fixture.filePath(f), repo + QStringLiteral("/snapshots/c0ffee/") + f));
+    QVERIFY(QDir().mkpath(cache.filePath(QStringLiteral("models--test--broken/refs"))));
+    qputenv("HF_HUB_CACHE", cache.path().toUtf8());
+    MainWindow w;
+    w.show();
+    ModelPicker* picker = w.pickModel();
+    qunsetenv("HF_HUB_CACHE");
+    QVERIFY(picker->isVisible());
+    int qwen = -1, broken = -1, builtIn = -1;
+    for (size_t i = 0; i < picker->choices().size(); ++i) {
+      const ModelChoice& c = picker->choices()[i];
+      if (c.name == QStringLiteral("test/qwen-tiny")) qwen = static_cast<int>(i);
+      if (c.name == QStringLiteral("test/broken")) broken = static_cast<int>(i);
+      if (c.source == ModelChoice::Source::BuiltIn) builtIn = static_cast<int>(i);
+    }
+    QVERIFY(qwen >= 0 && broken >= 0 && builtIn >= 0);
+    const ModelChoice& q = picker->choices()[static_cast<size_t>(qwen)];
+    QCOMPARE(q.family, QStringLiteral("qwen2_vl"));
+    QVERIFY(q.problem.isEmpty());
+    QVERIFY(q.bytes > QFileInfo(fixture.filePath(QStringLiteral("model.safetensors"))).size());  // links followed
+    QVERIFY(!picker->choices()[static_cast<size_t>(broken)].problem.isEmpty());
+    QVERIFY(!picker->choose(broken));  // listed, not openable
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    QVERIFY(picker->choose(qwen));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(w.model().dir, repo + QStringLiteral("/snapshots/c0ffee"));
+    QCOMPARE(QString::fromStdString(w.model().vision.family), QStringLiteral("qwen2_vl"));
   }
 };
 

@@ -42,6 +42,10 @@ ChatEngine::~ChatEngine() = default;
 
 bool ChatEngine::is_vlm_checkpoint(const std::string& dir) { return vision::is_vlm_checkpoint(dir); }
 
+std::string ChatEngine::family_for_model_type(const std::string& model_type) {
+  return vision::family_for_model_type(model_type);
+}
+
 std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& spec, const EngineOptions& options) {
   const std::string dir = resolve_model_dir(spec);  // a folder, or a repo id in the local HF cache
   apply_engine_options(options);

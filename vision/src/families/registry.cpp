@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/text_family.h"
 #include "trimkv/vision/vlm.h"
 
 namespace trimkv::vision {
@@ -33,6 +34,12 @@ std::vector<std::string> supported_vlm_model_types() {
   std::vector<std::string> out;
   for (const VlmFamily* f : all_families()) out.insert(out.end(), f->model_types.begin(), f->model_types.end());
   return out;
+}
+
+std::string family_for_model_type(const std::string& model_type) {
+  if (const VlmFamily* f = find_family(model_type)) return f->name;
+  if (const TextFamily* t = find_text_family_or_null(model_type)) return t->name;
+  return "";
 }
 
 bool is_vlm_checkpoint(const std::string& dir) { return find_family(checkpoint_model_type(dir)) != nullptr; }

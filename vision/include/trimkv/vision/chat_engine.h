@@ -45,6 +45,8 @@ class ChatEngine {
  public:
   // Whether `dir` is a checkpoint of a known vision-language family (reads config.json only).
   static bool is_vlm_checkpoint(const std::string& dir);
+  // The family that runs `model_type` (a VLM's or a text decoder's), "" when none does.
+  static std::string family_for_model_type(const std::string& model_type);
   // Loads a checkpoint folder (or a Hugging Face repo id found in the local cache, hf_cache.h):
   // a vision-language one, or a text model (then messages are text
   // only: an image is refused naming it). Conversations render through the checkpoint's own chat

@@ -35,6 +35,9 @@ bool is_vlm_checkpoint(const std::string& dir);
 // the folder is not one; other errors name the file, field or tensor.
 std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<TemplateVar>& template_vars = {});
 std::vector<std::string> supported_vlm_model_types();
+// The family that runs checkpoints of `model_type`: a VLM family's name, else the text decoder
+// family's, else "" (not supported).
+std::string family_for_model_type(const std::string& model_type);
 
 const VlmFamily& idefics3_family();  // idefics3.cpp
 const VlmFamily& qwen2_vl_family();  // qwen2_vl.cpp
