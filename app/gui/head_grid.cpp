@@ -11,7 +11,10 @@
 namespace {
 constexpr int kLabelLeft = 34;  // "L12" labels
 constexpr int kLabelTop = 18;   // "h0" labels
-constexpr int kMaxCellW = 120, kMaxCellH = 48, kMinCell = 6, kGap = 2;
+constexpr int kMaxCellW = 120, kMaxCellH = 48, kMinCell = 2;
+// The gap between cells: 2 px, 1 when cells get small, none below 4 px (the grid always fits
+// its widget: 64 layers in a short pane are rows of 2-3 px).
+int gapFor(int cell) { return cell >= 8 ? 2 : cell >= 4 ? 1 : 0; }
 }  // namespace
 
 HeadGrid::HeadGrid(QWidget* parent) : QWidget(parent) {
@@ -83,7 +86,7 @@ QSize HeadGrid::sizeHint() const {
 
 QSize HeadGrid::minimumSizeHint() const {
   const int l = std::max(layerCount(), 1), h = std::max(headCount(), 1);
-  return {kLabelLeft + h * (kMinCell + kGap), kLabelTop + l * (kMinCell + kGap)};
+  return {kLabelLeft + h * kMinCell, kLabelTop + l * kMinCell};
 }
 
 HeadGrid::Layout HeadGrid::layout() const {
@@ -127,17 +130,22 @@ void HeadGrid::paintEvent(QPaintEvent*) {
     if (lay.cellW >= 18 || h % 4 == 0)
       p.drawText(QRect(lay.left + h * lay.cellW, 0, lay.cellW, lay.top), Qt::AlignCenter, QStringLiteral("h%1").arg(h));
   }
-  for (int l = 0; l < L; ++l) {
-    if (lay.cellH >= 12 || l % 4 == 0)
-      p.drawText(QRect(0, lay.top + l * lay.cellH, lay.left - 4, lay.cellH), Qt::AlignRight | Qt::AlignVCenter,
-                 QStringLiteral("L%1").arg(l));
+  // Row labels: every row when there is room, else every 4th, each centred on its row in a box
+  // tall enough for the text (a box of the row's height would clip it).
+  const int textH = p.fontMetrics().height();
+  const int every = lay.cellH >= 12 ? 1 : std::max(4, (textH + lay.cellH - 1) / std::max(lay.cellH, 1));
+  for (int l = 0; l < L; l += every) {
+    const int mid = lay.top + l * lay.cellH + lay.cellH / 2;
+    p.drawText(QRect(0, mid - textH / 2, lay.left - 4, textH), Qt::AlignRight | Qt::AlignVCenter,
+               QStringLiteral("L%1").arg(l));
   }
 
   const QColor empty = pal.color(QPalette::Base).darker(108);
   const bool heat = showsHeatmap();
   for (int l = 0; l < L; ++l) {
     for (int h = 0; h < H; ++h) {
-      const QRect cell(lay.left + h * lay.cellW, lay.top + l * lay.cellH, lay.cellW - kGap, lay.cellH - kGap);
+      const QRect cell(lay.left + h * lay.cellW, lay.top + l * lay.cellH, lay.cellW - gapFor(lay.cellW),
+                       lay.cellH - gapFor(lay.cellH));
       p.fillRect(cell, empty);
       if (heat) paintHeat(p, cell, l, h);
       else paintBars(p, cell, cellCounts(l, h), maxCount);

@@ -35,6 +35,18 @@ int main(int argc, char** argv) {
   parser.addOption(modelOpt);
   parser.addOption(shotOpt);
   parser.addOption(threadsOpt);
+  const QCommandLineOption budgetOpt(QStringLiteral("budget"),
+                                     QStringLiteral("KV entries per head the model's default policy starts at."),
+                                     QStringLiteral("M"));
+  const QCommandLineOption promptOpt(QStringLiteral("prompt"),
+                                     QStringLiteral("The first message (instead of the sample question)."),
+                                     QStringLiteral("TEXT"));
+  const QCommandLineOption imageOpt(QStringLiteral("image"),
+                                    QStringLiteral("An image for the first message (repeatable; instead of the sample's)."),
+                                    QStringLiteral("FILE"));
+  parser.addOption(budgetOpt);
+  parser.addOption(promptOpt);
+  parser.addOption(imageOpt);
   parser.process(app);
 
   QString modelDir = parser.value(modelOpt);
@@ -56,6 +68,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (threads > 0) window.setThreads(threads);
+  bool budgetOk = true;
+  const int budget = parser.isSet(budgetOpt) ? parser.value(budgetOpt).toInt(&budgetOk) : 0;
+  if (!budgetOk || budget < 0) {
+    std::fprintf(stderr, "trimkv-studio: --budget wants a whole number of entries per head, got '%s'\n",
+                 qPrintable(parser.value(budgetOpt)));
+    return 2;
+  }
+  if (budget > 0) window.setStartBudget(budget);
+  const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
+  const QString ownText = parser.value(promptOpt);
+  const QStringList ownImages = parser.values(imageOpt);
   if (parser.isSet(shotOpt)) {
     if (!modelError.isEmpty()) {
       std::fprintf(stderr, "trimkv-studio: --screenshot failed: %s\n", qPrintable(modelError));
@@ -64,20 +87,28 @@ int main(int argc, char** argv) {
     window.resize(1400, 860);
     window.show();
     ScreenshotRun run(&window, parser.value(shotOpt));
+    if (ownTurn) run.setTurn(ownText, ownImages);
     QObject::connect(&run, &ScreenshotRun::finished, &app, [](int code) { QCoreApplication::exit(code); });
     run.start(modelDir);
     return app.exec();
   }
 
-  window.restoreSettings();  // a stored thread count yields to --threads
+  window.restoreSettings();  // a stored thread count or budget yields to --threads / --budget
   if (threads > 0) window.setThreads(threads);
+  if (budget > 0) window.setStartBudget(budget);
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());
   window.show();
   // The sample conversation, ready to send: its question in the input, its image attached.
   QTemporaryDir samples;
-  QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples] {
+  QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples, ownTurn, ownText, ownImages] {
     window.offerAutosaveRestore();  // the last conversation, if there is one
-    if (!samples.isValid() || !window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
+    if (!window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
+    if (ownTurn) {  // --prompt / --image: ready to send
+      window.input()->setPlainText(ownText);
+      window.addAttachments(ownImages);
+      return;
+    }
+    if (!samples.isValid()) return;
     try {
       const SampleTurn turn = makeSampleTurn(samples.path(), window.model().vision.takes_images());
       window.input()->setPlainText(turn.text);

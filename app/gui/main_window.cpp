@@ -900,6 +900,11 @@ void MainWindow::setThreads(int threads) {
 
 int MainWindow::threadsInUse() const { return m_worker->threadsInUse(); }
 
+void MainWindow::setStartBudget(int entriesPerHead) {
+  m_budget->setEntriesPerHead(entriesPerHead);
+  m_budgetFromSettings = true;  // as if the user had chosen it
+}
+
 void MainWindow::editThreads() {
   bool ok = false;
   const int cores = std::max(1, QThread::idealThreadCount());

@@ -86,6 +86,9 @@ class MainWindow : public QMainWindow {
   // CPU threads for the model's math (0 = every core, the default; --threads, Conversation > CPU
   // threads…). threadsInUse(): what the worker thread runs with now.
   void setThreads(int threads);
+  // The budget (entries per head) the next model's default policy starts at, whatever its gates
+  // were trained for (--budget).
+  void setStartBudget(int entriesPerHead);
   int threads() const { return m_threads; }
   int threadsInUse() const;
   static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json

@@ -30,7 +30,14 @@ void ScreenshotRun::start(const QString& modelDir) {
   m_window->openModel(modelDir);
 }
 
+void ScreenshotRun::setTurn(const QString& text, const QStringList& images) {
+  m_text = text;
+  m_images = images;
+  m_ownTurn = true;
+}
+
 void ScreenshotRun::runSample() {
+  if (m_ownTurn) return m_window->sendTurn(m_text, m_images);
   if (!m_samples.isValid()) return fail(1, tr("cannot create a temporary folder for the sample image"));
   try {
     const SampleTurn turn = makeSampleTurn(m_samples.path(), m_window->model().vision.takes_images());

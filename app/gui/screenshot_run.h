@@ -5,6 +5,7 @@
 #pragma once
 #include <QObject>
 #include <QString>
+#include <QStringList>
 #include <QTemporaryDir>
 #include <QTimer>
 
@@ -18,6 +19,8 @@ class ScreenshotRun : public QObject {
 
   ScreenshotRun(MainWindow* window, QString outputPath, QObject* parent = nullptr);
   void start(const QString& modelDir);
+  // The turn to send instead of the sample conversation's (--prompt / --image).
+  void setTurn(const QString& text, const QStringList& images);
 
  Q_SIGNALS:
   void finished(int exitCode);
@@ -30,6 +33,9 @@ class ScreenshotRun : public QObject {
   MainWindow* m_window;
   QString m_output;
   QTemporaryDir m_samples;
+  QString m_text;
+  QStringList m_images;
+  bool m_ownTurn = false;
   QTimer m_timeout;
   bool m_done = false;
 };

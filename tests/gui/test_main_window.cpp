@@ -1581,6 +1581,31 @@ class MainWindowTest : public QObject {
     QCOMPARE(w.model().dir, repo + QStringLiteral("/snapshots/c0ffee"));
     QCOMPARE(QString::fromStdString(w.model().vision.family), QStringLiteral("qwen2_vl"));
   }
+  void theStartBudgetAndTurnFromTheCommandLineAreUsed() {
+    // --budget M: the loaded model's default policy starts at M, whatever its gates say;
+    // --prompt / --image with --screenshot: that turn is sent instead of the sample's.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    w.setStartBudget(7);
+    QString dir = qEnvironmentVariable("TRIMKV_DEMO_MODEL");
+    if (dir.isEmpty()) dir = QString::fromStdString(trimkv::default_model_dir());
+    QTemporaryDir out;
+    ScreenshotRun run(&w, out.filePath(QStringLiteral("shot.png")));
+    run.setTurn(QStringLiteral("Only this question."), {kImage});
+    QSignalSpy applied(&w, &MainWindow::evictionApplied);
+    QSignalSpy finished(&run, &ScreenshotRun::finished);
+    run.start(dir);
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).toInt(), 0);
+    QVERIFY(!applied.isEmpty());
+    const auto settings = applied.last().at(0).value<trimkv::EvictionSettings>();
+    QVERIFY(settings.policy != "full");
+    QCOMPARE(settings.budget_per_head.value_or(-1), int64_t{7});
+    QCOMPARE(w.conversation()->messageCount(), 2);
+    QCOMPARE(static_cast<int>(w.lastFrame().state.images.size()), 1);
+    QVERIFY(QFileInfo(out.filePath(QStringLiteral("shot.png"))).size() > 0);
+  }
 };
 
 QTEST_MAIN(MainWindowTest)

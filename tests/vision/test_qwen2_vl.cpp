@@ -316,6 +316,22 @@ TEST_CASE("Qwen2.5-VL: visionzip shrinks each image's pads and keeps the rest of
   p.max_new_tokens = 4;
   p.stop_at_eos = false;
   REQUIRE(z.generate(p).tokens.size() == 4);
+  // FastV (no budget either: it drops image entries after its layer) runs a two-turn
+  // conversation and leaves fewer image entries than the full cache.
+  EvictionSettings f;
+  f.policy = "fastv";
+  f.options = {"layer=0"};  // the fixture has two layers: rank at 0, prune in 1
+  Session v(m.text, m.encoder, {});
+  v.set_eviction(f, nullptr);
+  Session full(m.text, m.encoder, {});
+  for (Session* s2 : {&v, &full}) {
+    s2->add_user_turn(kTurn1);
+    s2->generate(p);
+    s2->add_user_turn(kTurn2);
+    s2->generate(p);
+  }
+  REQUIRE(count_entries_by_modality(v.cache().bookkeeping()).image <
+          count_entries_by_modality(full.cache().bookkeeping()).image);
 }
 
 TEST_CASE("Qwen2-VL: bad input is refused by name and the session stays usable", "[qwen2vl][errors]") {

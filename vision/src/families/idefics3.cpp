@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "processors/processor_settings.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/text_turn_encoder.h"
 #include "trimkv/core/weight_store.h"
@@ -313,14 +314,7 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vecto
 }  // namespace
 
 Idefics3Config Idefics3Config::from_file(const std::string& path) {
-  std::ifstream in(path);
-  TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
-  json top;
-  try {
-    top = json::parse(in);
-  } catch (const json::exception& e) {
-    TRIMKV_FAIL(Format, "'", path, "': malformed JSON: ", e.what());
-  }
+  const json top = read_json_object(path);
   Idefics3Config c;
   try {
     static const json kEmpty = json::object();

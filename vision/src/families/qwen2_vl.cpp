@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "families/qwen_vl_encoder.h"
+#include "processors/processor_settings.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/layers.h"
 #include "trimkv/core/weight_store.h"
@@ -76,15 +77,7 @@ bool QwenVisionConfig::full_attention(int64_t block) const {
 }
 
 Qwen2VlConfig Qwen2VlConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
-  json top;
-  try {
-    top = json::parse(in);
-  } catch (const json::exception& e) {
-    TRIMKV_FAIL(Format, "'", path, "': malformed JSON: ", e.what());
-  }
-  TRIMKV_CHECK(top.is_object(), Format, "'", path, "' is not a JSON object");
+  const json top = read_json_object(path);
   Qwen2VlConfig c;
   QwenVisionConfig& v = c.vision;
   const std::string type = top.value("model_type", std::string());

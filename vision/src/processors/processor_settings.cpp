@@ -9,16 +9,24 @@ namespace trimkv::vision {
 
 using json = nlohmann::json;
 
+json read_json_object(const std::string& path) {
+  std::ifstream in(path);
+  TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    TRIMKV_FAIL(Format, "'", path, "': malformed JSON: ", e.what());
+  }
+  TRIMKV_CHECK(j.is_object(), Format, "'", path, "' is not a JSON object");
+  return j;
+}
+
 json read_image_processor_settings(const std::string& dir, std::string& path) {
   namespace fs = std::filesystem;
   path = (fs::path(dir) / "preprocessor_config.json").string();
   try {
-    if (fs::exists(path)) {
-      std::ifstream in(path);
-      const json j = json::parse(in);
-      TRIMKV_CHECK(j.is_object(), Format, "'", path, "': the image processor settings are not an object");
-      return j;
-    }
+    if (fs::exists(path)) return read_json_object(path);
     path = (fs::path(dir) / "processor_config.json").string();
     if (!fs::exists(path)) return nullptr;
     std::ifstream in(path);

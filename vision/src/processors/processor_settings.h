@@ -1,5 +1,6 @@
-// Reading an image processor's settings (private to vision/): where transformers keeps them and
-// the fields every processor shares. Errors name the file and the field.
+// Reading a checkpoint's JSON settings (private to vision/): config files, where transformers
+// keeps an image processor's settings and the fields every processor shares. Errors name the
+// file and the field.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -8,6 +9,10 @@
 #include "trimkv/vision/resample.h"
 
 namespace trimkv::vision {
+
+// `path` parsed as a JSON object. Error{Io} when it cannot be read; Error{Format} naming it when
+// it is not JSON or not an object.
+nlohmann::json read_json_object(const std::string& path);
 
 // <dir>/preprocessor_config.json, else the "image_processor" object of <dir>/processor_config.json
 // (transformers v5); a null value when neither holds settings. `path` receives the file read.
