@@ -60,21 +60,20 @@ int main(int argc, char** argv) {
   }
 
   MainWindow window;
-  bool threadsOk = true;
-  const int threads = parser.isSet(threadsOpt) ? parser.value(threadsOpt).toInt(&threadsOk) : 0;
-  if (!threadsOk || threads < 0) {
-    std::fprintf(stderr, "trimkv-studio: --threads wants a whole number >= 0, got '%s'\n",
-                 qPrintable(parser.value(threadsOpt)));
-    return 2;
-  }
+  // A whole number >= 0 (0 when absent), or -1 after saying what is wrong.
+  auto count = [&parser](const QCommandLineOption& opt, const char* what) {
+    if (!parser.isSet(opt)) return 0;
+    bool ok = false;
+    const int n = parser.value(opt).toInt(&ok);
+    if (ok && n >= 0) return n;
+    std::fprintf(stderr, "trimkv-studio: --%s wants %s, got '%s'\n", qPrintable(opt.names().first()), what,
+                 qPrintable(parser.value(opt)));
+    return -1;
+  };
+  const int threads = count(threadsOpt, "a whole number >= 0");
+  const int budget = count(budgetOpt, "a whole number of entries per head");
+  if (threads < 0 || budget < 0) return 2;
   if (threads > 0) window.setThreads(threads);
-  bool budgetOk = true;
-  const int budget = parser.isSet(budgetOpt) ? parser.value(budgetOpt).toInt(&budgetOk) : 0;
-  if (!budgetOk || budget < 0) {
-    std::fprintf(stderr, "trimkv-studio: --budget wants a whole number of entries per head, got '%s'\n",
-                 qPrintable(parser.value(budgetOpt)));
-    return 2;
-  }
   if (budget > 0) window.setStartBudget(budget);
   const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
   const QString ownText = parser.value(promptOpt);
