@@ -15,6 +15,10 @@ Writes under tests/data/vlm/:
                       legacy names (visual.*, model.layers.*) and the processor's legacy
                       min_pixels / max_pixels keys; transformers loads it to the same logits
                       (checked here)
+  qwen3_vl/           Qwen3-VL: 3 text layers with q/k norm, interleaved sections [3, 3, 2]; tower
+                      depth 3 with patch 16, a 4x4 learned position table (every grid is
+                      interpolated) and deepstack from blocks 0 and 1; the Qwen3-VL template
+                      (no default system message); processor factor 32, mean = std = 0.5
 Text: vocab 448, hidden 64, 2 layers, 4 heads / 2 KV heads, head_dim 16, mrope_section [2, 3, 3].
 Vision: Qwen2 depth 2, width 32; Qwen2.5 depth 4, width 32, window 56 px (2x2 merged units per
 window: a 112x112 image has 4 windows), full attention in blocks 1 and 3. Processor: patch 14,
@@ -32,7 +36,8 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file, save_file
 from transformers import (PreTrainedTokenizerFast, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration,
-                          Qwen2VLConfig, Qwen2VLForConditionalGeneration)
+                          Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen3VLConfig,
+                          Qwen3VLForConditionalGeneration)
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
 from vlm_fixtures import pattern
@@ -78,6 +83,12 @@ def model_config(kind, ids):
                 initializer_range=0.25, bos_token_id=0, eos_token_id=2)
     common = dict(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
                   vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+    if kind == "qwen3_vl":
+        text.update(num_hidden_layers=3, head_dim=16,
+                    rope_parameters={"rope_type": "default", "rope_theta": 5e6, "mrope_section": [3, 3, 2]})
+        vision = dict(depth=3, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=16,
+                      num_position_embeddings=16, deepstack_visual_indexes=[0, 1], initializer_range=0.25)
+        return Qwen3VLConfig(text_config=text, vision_config=vision, **common)
     if kind == "qwen2_vl":
         vision = dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, mlp_ratio=2, initializer_range=0.25)
         return Qwen2VLConfig(text_config=text, vision_config=vision, **common)
@@ -130,7 +141,7 @@ def rename_tensors(folder: Path, new_names: bool):
     for k, v in tensors.items():
         if new_names and k.startswith("visual."):
             k = "model." + k
-        elif new_names and k.startswith("model.") and not k.startswith("model.visual."):
+        elif new_names and k.startswith("model.") and not k.startswith(("model.visual.", "model.language_model.")):
             k = "model.language_model." + k[len("model."):]
         elif not new_names and k.startswith("model.visual."):
             k = k[len("model."):]
@@ -147,8 +158,12 @@ def build(data: Path, kind, model_cls, seed, new_names=False):
     if out.exists():
         shutil.rmtree(out)
     tok, ids = write_tokenizer(data, out)
-    template = (data / "chat_templates" / "qwen2_5_vl_instruct.jinja").read_text()
-    ip = Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    qwen3 = kind == "qwen3_vl"
+    template = (data / "chat_templates" / ("qwen3_vl_instruct.jinja" if qwen3 else "qwen2_5_vl_instruct.jinja")).read_text()
+    # Qwen3-VL: patch 16 (factor 32), mean = std = 0.5.
+    ip = (Qwen2VLImageProcessorPil(min_pixels=64 * 64, max_pixels=32 * 32 * 64, patch_size=16, image_mean=[0.5] * 3,
+                                   image_std=[0.5] * 3) if qwen3 else
+          Qwen2VLImageProcessorPil(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS))
     torch.manual_seed(seed)
     cfg = model_config(kind, ids)
     cfg._attn_implementation = "eager"
@@ -190,6 +205,8 @@ def build(data: Path, kind, model_cls, seed, new_names=False):
                 vo = model.model.visual(pv, grid_thw=inputs["image_grid_thw"])
                 tensors[f"{case}.vision_hidden"] = vo.last_hidden_state.contiguous()
                 tensors[f"{case}.merger"] = vo.pooler_output.contiguous()
+                for j, d in enumerate(getattr(vo, "deepstack_features", None) or []):
+                    tensors[f"{case}.deepstack{j}"] = d.contiguous()
             if logits:
                 tensors[f"{case}.logits"] = model(**inputs).logits[0].contiguous().float()
         if generate:
@@ -207,7 +224,7 @@ def build(data: Path, kind, model_cls, seed, new_names=False):
             parts = text.split("<|image_pad|>")
             assert len(parts) == len(pil) + 1
             text = parts[0]
-            for g, rest in zip(r["image_grid_thw"].tolist(), parts[1:]):
+            for g, rest in zip(r["image_grid_thw"].tolist(), parts[1:]):  # merge 2: 4 patches a token
                 text += "<|image_pad|>" * (g[0] * g[1] * g[2] // 4) + rest
         enc = tok([text], return_tensors="pt", add_special_tokens=False)
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], **extra}
@@ -237,6 +254,7 @@ def build(data: Path, kind, model_cls, seed, new_names=False):
 def main(data: Path):
     write_images(data / "vlm" / "images")
     build(data, "qwen2_vl", Qwen2VLForConditionalGeneration, 21)
+    build(data, "qwen3_vl", Qwen3VLForConditionalGeneration, 23, new_names=True)
     model, inputs = build(data, "qwen2_5_vl", Qwen2_5_VLForConditionalGeneration, 22, new_names=True)
     legacy = data / "vlm" / "qwen2_5_vl_legacy"
     legacy_copy(data / "vlm" / "qwen2_5_vl", legacy)

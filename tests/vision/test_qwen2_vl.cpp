@@ -14,6 +14,7 @@
 #include "trimkv/core/eviction_policy.h"
 #include "trimkv/core/kv_stats.h"
 #include "trimkv/core/session.h"
+#include "trimkv/core/text_decoder.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/vision/qwen2_vl.h"
 #include "trimkv/vision/qwen2_vl_processor.h"
@@ -26,7 +27,7 @@ using namespace trimkv::vision;
 namespace {
 
 constexpr double kTol = 1e-4;
-const char* const kFamilies[] = {"qwen2_vl", "qwen2_5_vl"};
+const char* const kFamilies[] = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"};
 
 const VlmModel& model(const std::string& name) {
   static std::map<std::string, std::shared_ptr<VlmModel>> cache;
@@ -92,6 +93,15 @@ TEST_CASE("Qwen2-VL: both families load from v5 and legacy layouts with their co
     REQUIRE(m.info.min_pixels == 56 * 56);
     REQUIRE(m.info.max_pixels == 28 * 28 * 64);
   }
+  // Qwen3-VL: the Qwen3 decoder (q/k norm) with interleaved sections, deepstack from two blocks.
+  const VlmModel& q3 = model("qwen3_vl");
+  REQUIRE(q3.info.family == "qwen3_vl");
+  REQUIRE(q3.text.config.rope.mrope_section == std::vector<int64_t>{3, 3, 2});
+  REQUIRE(q3.text.config.rope.mrope_interleaved);
+  REQUIRE((q3.text.config.n_layer == 3 && q3.text.config.rope.theta == 5e6));
+  REQUIRE(q3.text.decoder->weights().layers[0].q_norm.defined());
+  REQUIRE(Qwen2VlConfig::from_file(test::vlm_model("qwen3_vl") + "/config.json").vision.deepstack_visual_indexes ==
+          std::vector<int64_t>{0, 1});
   REQUIRE(model("qwen2_vl").info.n_layer == 2);
   REQUIRE(model("qwen2_5_vl").info.n_layer == 4);
   REQUIRE(Qwen2VlConfig::from_file(test::vlm_model("qwen2_5_vl") + "/config.json").vision.full_attention(3));
@@ -119,12 +129,14 @@ TEST_CASE("Qwen2-VL: the vision tower and merger equal transformers'", "[qwen2vl
       const auto files = e["cases"][c]["images"].get<std::vector<std::string>>();
       const auto grids = e["cases"][c]["grid_thw"].get<std::vector<std::vector<int64_t>>>();
       std::vector<at::Tensor> pixels, merged, hidden;
+      std::vector<std::vector<at::Tensor>> deep(2);
       for (size_t k = 0; k < files.size(); ++k) {
         const Qwen2VlPatches p = patches_of(family, files[k]);
         REQUIRE(std::vector<int64_t>{p.grid_t, p.grid_h, p.grid_w} == grids[k]);
         pixels.push_back(p.pixels);
         const QwenVisionTower::Encoded out = tower_of(family).encode(p.pixels, p.grid_h, p.grid_w);
         merged.push_back(out.embeddings);
+        for (size_t j = 0; j < out.deepstack.size(); ++j) deep[j].push_back(out.deepstack[j]);
         at::Tensor h = out.hidden;
         if (std::string(family) == "qwen2_5_vl") {  // transformers returns the blocks' window order
           std::vector<int64_t> rows;
@@ -137,6 +149,10 @@ TEST_CASE("Qwen2-VL: the vision tower and merger equal transformers'", "[qwen2vl
       REQUIRE(test::max_abs_diff(at::cat(pixels), expected_tensor(family, std::string(c) + ".pixel_values")) < 1e-6);
       REQUIRE(test::max_abs_diff(at::cat(hidden), expected_tensor(family, std::string(c) + ".vision_hidden")) < kTol);
       REQUIRE(test::max_abs_diff(at::cat(merged), expected_tensor(family, std::string(c) + ".merger")) < kTol);
+      if (std::string(family) == "qwen3_vl")  // the deepstack mergers after blocks 0 and 1
+        for (int j = 0; j < 2; ++j)
+          REQUIRE(test::max_abs_diff(at::cat(deep[static_cast<size_t>(j)]),
+                                     expected_tensor(family, std::string(c) + ".deepstack" + std::to_string(j))) < kTol);
     }
   }
 }
@@ -197,7 +213,7 @@ TEST_CASE("Qwen2-VL: prompt ids, M-RoPE positions and last logits equal transfor
 
 TEST_CASE("Qwen2-VL: a two-image, two-turn conversation equals transformers, one-shot and chunked",
           "[qwen2vl][oracle][session]") {
-  for (const char* family : {"qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_legacy"}) {
+  for (const char* family : {"qwen2_vl", "qwen2_5_vl", "qwen2_5_vl_legacy", "qwen3_vl"}) {
     const std::string oracle = std::string(family) == "qwen2_5_vl_legacy" ? "qwen2_5_vl" : family;
     const nlohmann::json e = expected(oracle);
     const auto conv_ids = e["cases"]["conversation"]["input_ids"].get<std::vector<int32_t>>();
@@ -247,14 +263,20 @@ TEST_CASE("Qwen2-VL: a two-image, two-turn conversation equals transformers, one
     // The dense reference path (autograd ops, the BLAS's matmul attention) over all 146
     // positions: measured 9.2e-5 at most on logits up to 8.8 here; the runtime's cached path is
     // held to 1e-4 above. A little room for another CPU's summation order.
-    const at::Tensor logits = m.text.decoder->logits(m.text.decoder->forward_dense(x, pos3));
+    LayerInjection deepstack;  // Qwen3-VL: the tower's deepstack features on the image rows
+    deepstack.rows = at::tensor(rows, at::kLong);
+    for (size_t j = 0; j < a.deepstack.size(); ++j) deepstack.adds.push_back(at::cat({a.deepstack[j], b.deepstack[j]}));
+    const at::Tensor logits =
+        m.text.decoder->logits(m.text.decoder->forward_dense(x, pos3, {}, nullptr, nullptr, {}, deepstack));
     REQUIRE(test::max_abs_diff(logits, want) < 1.5 * kTol);
   }
 }
 
-TEST_CASE("Qwen2.5-VL: every budget-holding policy keeps its budget; a budget >= context changes nothing",
+TEST_CASE("Qwen2.5-VL, Qwen3-VL: every budget-holding policy keeps its budget; a budget >= context changes nothing",
           "[qwen2vl][eviction]") {
-  const VlmModel& m = model("qwen2_5_vl");
+ for (const char* family : {"qwen2_5_vl", "qwen3_vl"}) {
+  CAPTURE(family);
+  const VlmModel& m = model(family);
   const int64_t streams = m.text.config.n_layer * m.text.config.n_kv_head;
   GenerationParams p;
   p.max_new_tokens = 6;
@@ -297,6 +319,7 @@ TEST_CASE("Qwen2.5-VL: every budget-holding policy keeps its budget; a budget >=
     REQUIRE(converse(r, 4096 * streams) == want);
     REQUIRE(r.evictor()->n_events() == 0);
   }
+ }
 }
 
 TEST_CASE("Qwen2.5-VL: visionzip shrinks each image's pads and keeps the rest of the stream", "[qwen2vl][eviction]") {

@@ -41,11 +41,6 @@ VisionZipResult visionzip_select(const at::Tensor& attention_in, const at::Tenso
   std::vector<int32_t> rest;
   for (int32_t t = 0; t < n; ++t)
     if (!is_dominant[static_cast<size_t>(t)]) rest.push_back(t);
-
-  std::vector<at::Tensor> rows;
-  if (!r.dominant.empty())
-    rows.push_back(embeddings.index_select(
-        0, at::tensor(std::vector<int64_t>(r.dominant.begin(), r.dominant.end()), at::kLong)));
   const int64_t n_ctx = std::min<int64_t>(n_contextual, static_cast<int64_t>(rest.size()));
   if (n_ctx > 0) {
     // Seeds: every step-th remaining token (step = n_rest / n_ctx), the first n_ctx of them.
@@ -62,7 +57,6 @@ VisionZipResult visionzip_select(const at::Tensor& attention_in, const at::Tenso
                       at::kLong));
     const at::Tensor sim = at::matmul(kn, seeds.t()).contiguous();  // [n, n_ctx]
     const float* ps = sim.data_ptr<float>();
-    std::vector<std::vector<int64_t>> members(static_cast<size_t>(n_ctx));
     for (size_t i = 0; i < rest.size(); ++i) {
       const int32_t t = rest[i];
       int32_t c = seed_of_rest[i];
@@ -72,15 +66,21 @@ VisionZipResult visionzip_select(const at::Tensor& attention_in, const at::Tenso
           if (ps[t * n_ctx + j] > ps[t * n_ctx + c]) c = static_cast<int32_t>(j);
       }
       r.assignment[static_cast<size_t>(t)] = c;
-      members[static_cast<size_t>(c)].push_back(t);
     }
-    std::vector<at::Tensor> merged;
-    for (const auto& m : members)
-      merged.push_back(embeddings.index_select(0, at::tensor(m, at::kLong)).mean(0, true));
-    rows.push_back(at::cat(merged, 0));
   }
-  r.embeddings = rows.empty() ? embeddings.narrow(0, 0, 0) : at::cat(rows, 0);
+  r.embeddings = visionzip_reduce_rows(r, embeddings);
   return r;
+}
+
+at::Tensor visionzip_reduce_rows(const VisionZipResult& r, const at::Tensor& x) {
+  std::vector<at::Tensor> rows;
+  if (!r.dominant.empty())
+    rows.push_back(x.index_select(0, at::tensor(std::vector<int64_t>(r.dominant.begin(), r.dominant.end()), at::kLong)));
+  std::vector<std::vector<int64_t>> members(r.contextual_seed.size());
+  for (size_t t = 0; t < r.assignment.size(); ++t)
+    if (r.assignment[t] >= 0) members[static_cast<size_t>(r.assignment[t])].push_back(static_cast<int64_t>(t));
+  for (const auto& m : members) rows.push_back(x.index_select(0, at::tensor(m, at::kLong)).mean(0, true));
+  return rows.empty() ? x.narrow(0, 0, 0) : at::cat(rows, 0);
 }
 
 namespace {

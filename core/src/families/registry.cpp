@@ -6,7 +6,7 @@ namespace trimkv {
 namespace {
 const std::vector<const TextFamily*>& all_families() {
   static const std::vector<const TextFamily*> kAll{&llama_family(), &qwen2_family(), &qwen3_family(),
-                                                   &qwen2_vl_text_family()};
+                                                   &qwen2_vl_text_family(), &qwen3_vl_text_family()};
   return kAll;
 }
 }  // namespace

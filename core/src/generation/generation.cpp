@@ -68,7 +68,7 @@ void TextRunner::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
 at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
                                      bool more_chunks, const at::Tensor& embeds,
                                      const TokenInfo* per_token, const RopeOffset* rope,
-                                     int64_t rope_base) {
+                                     int64_t rope_base, const LayerInjection& inject) {
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<TokenInfo> infos(ids.size(), info_template);
   if (per_token) infos.assign(per_token, per_token + n);
@@ -99,7 +99,7 @@ at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const Toke
   const TextDecoder& dec = *m_model->decoder;
   at::Tensor hidden =
       dec.forward_cached(embeds.defined() ? embeds : dec.embed(id_t), positions, token_indices,
-                         *m_cache, m_scorer, m_evictor);
+                         *m_cache, m_scorer, m_evictor, inject);
   m_n_tokens += n;
   m_next_position = next;
   if (m_evictor) m_evictor->after_forward(*m_cache, n, more_chunks);
@@ -121,20 +121,34 @@ void TextRunner::check_prompt(const std::vector<int32_t>& ids) const {
 at::Tensor TextRunner::prefill_embedded(const std::vector<int32_t>& ids, const at::Tensor& embeds,
                                         const std::vector<TokenInfo>& infos,
                                         const std::atomic<bool>* cancel,
-                                        const std::vector<RopeOffset>& rope) {
+                                        const std::vector<RopeOffset>& rope,
+                                        const std::vector<at::Tensor>& deepstack) {
   check_prompt(ids);
   TRIMKV_ASSERT(infos.size() == ids.size() && embeds.dim() == 2 &&
                 embeds.size(0) == static_cast<int64_t>(ids.size()) &&
                 embeds.size(1) == m_model->config.hidden_size && (rope.empty() || rope.size() == ids.size()));
   const int64_t rope_base = m_next_position;  // the segment's offsets count from here
+  int64_t image_seen = 0;                      // image positions in the chunks before
   at::Tensor logits;
   for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(m_prefill_chunk)) {
     if (begin > 0 && cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "prefill cancelled");
     const size_t end = std::min(ids.size(), begin + static_cast<size_t>(m_prefill_chunk));
     const int64_t n = static_cast<int64_t>(end - begin);
+    LayerInjection inject;  // this chunk's share of the deepstack features
+    if (!deepstack.empty()) {
+      std::vector<int64_t> rows;
+      for (size_t i = begin; i < end; ++i)
+        if (infos[i].modality == Modality::Image) rows.push_back(static_cast<int64_t>(i - begin));
+      if (!rows.empty()) {
+        inject.rows = at::tensor(rows, at::kLong);
+        for (const at::Tensor& d : deepstack)
+          inject.adds.push_back(d.narrow(0, image_seen, static_cast<int64_t>(rows.size())));
+        image_seen += static_cast<int64_t>(rows.size());
+      }
+    }
     logits = forward_chunk(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), {},
                            end < ids.size(), embeds.narrow(0, static_cast<int64_t>(begin), n),
-                           infos.data() + begin, rope.empty() ? nullptr : rope.data() + begin, rope_base);
+                           infos.data() + begin, rope.empty() ? nullptr : rope.data() + begin, rope_base, inject);
   }
   return logits;
 }

@@ -136,7 +136,7 @@ void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x
 }
 
 at::Tensor TextDecoder::run_layers(const at::Tensor& x_in, const at::Tensor& positions,
-                                   const AttendFn& attend) const {
+                                   const AttendFn& attend, const LayerInjection& inject) const {
   const RopeTables rope = rope_tables(m_cfg.rope, m_cfg.head_dim, positions);
   at::Tensor x = x_in;
   for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
@@ -147,6 +147,8 @@ at::Tensor TextDecoder::run_layers(const at::Tensor& x_in, const at::Tensor& pos
     const at::Tensor attn = attend(il, h, q, k, v);  // [n, n_head * head_dim]
     x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
     x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
+    if (!inject.empty() && il < static_cast<int64_t>(inject.adds.size()))
+      x = x.index_add(0, inject.rows, inject.adds[static_cast<size_t>(il)].to(x.scalar_type()));
   }
   return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
 }
@@ -155,7 +157,7 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
                                       const std::vector<at::Tensor>& logit_bias,
                                       const EntryScorer* scorer,
                                       std::vector<at::Tensor>* log_beta_out,
-                                      const QkObserver& on_qk) const {
+                                      const QkObserver& on_qk, const LayerInjection& inject) const {
   TRIMKV_ASSERT(logit_bias.empty() || static_cast<int64_t>(logit_bias.size()) == m_cfg.n_layer);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
   return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
@@ -169,13 +171,13 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
       bias = bias.defined() ? bias + rb : rb;
     }
     return dense_causal_attention(q, k, v, scale, bias);
-  });
+  }, inject);
 }
 
 at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor& positions,
                                        const std::vector<int32_t>& token_indices, KvCache& cache,
                                        const EntryScorer* scorer,
-                                       AttentionObserver* observer) const {
+                                       AttentionObserver* observer, const LayerInjection& inject) const {
   const int64_t n = x_in.size(0);
   TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(-1) == n);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
@@ -204,7 +206,7 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
       attn = kernels::paged_attention(q, view, scale);
     }
     return attn.view({n, m_cfg.n_head * m_cfg.head_dim});
-  });
+  }, inject);
 }
 
 at::Tensor TextDecoder::logits(const at::Tensor& hidden) const {

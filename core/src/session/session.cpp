@@ -56,7 +56,7 @@ void Session::rebuild() {
     // A fresh (owned) evictor gets the segment's token merges again; an external one has them.
     if (m_owned_settings && m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
-    m_runner->prefill_embedded(s.ids, s.embeds, s.infos, nullptr, s.rope);
+    m_runner->prefill_embedded(s.ids, s.embeds, s.infos, nullptr, s.rope, s.deepstack);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
   }
 }
@@ -73,6 +73,7 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
   s.ids = seg.ids;
   s.infos = seg.infos;
   s.rope = seg.rope;
+  s.deepstack = seg.deepstack;
   for (TokenInfo& t : s.infos) t.turn = static_cast<int16_t>(turn);
   const TextDecoder& dec = *m_model->decoder;
   s.embeds = dec.embed(at::tensor(std::vector<int64_t>(seg.ids.begin(), seg.ids.end()), at::kLong));
@@ -85,13 +86,15 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
                   seg.image_embeddings.size(1) == s.embeds.size(1));
     s.embeds.index_copy_(0, at::tensor(image_rows, at::kLong), seg.image_embeddings.to(at::kFloat));
   }
+  for (const at::Tensor& d : s.deepstack)
+    TRIMKV_ASSERT(d.dim() == 2 && d.size(0) == static_cast<int64_t>(image_rows.size()) && d.size(1) == s.embeds.size(1));
   const size_t mark = m_ids.size();
   for (TokenMerge tm : seg.token_merges) {
     tm.first_token += static_cast<int32_t>(mark);
     s.merges.push_back(std::move(tm));
   }
   try {
-    at::Tensor logits = m_runner->prefill_embedded(s.ids, s.embeds, s.infos, cancel, s.rope);
+    at::Tensor logits = m_runner->prefill_embedded(s.ids, s.embeds, s.infos, cancel, s.rope, s.deepstack);
     if (m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());

@@ -41,6 +41,16 @@ struct BlockNames {
 };
 const BlockNames kQwen2Block = {"norm1.bias", "norm2.bias", "mlp.fc1", nullptr, "mlp.fc2"};
 const BlockNames kQwen25Block = {nullptr, nullptr, "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+const BlockNames kQwen3Block = {"norm1.bias", "norm2.bias", "mlp.linear_fc1", nullptr, "mlp.linear_fc2"};
+// Mergers: Qwen2/2.5 "merger.{ln_q, mlp.0, mlp.2}"; Qwen3 "merger.{norm, linear_fc1, linear_fc2}"
+// and "deepstack_merger_list.{j}.{norm, linear_fc1, linear_fc2}".
+struct MergerNames {
+  const char* norm;
+  const char* fc1;
+  const char* fc2;
+};
+const MergerNames kQwen2Merger = {"ln_q", "mlp.0", "mlp.2"};
+const MergerNames kQwen3Merger = {"norm", "linear_fc1", "linear_fc2"};
 
 const json& section(const json& top, const char* key) {
   static const json kEmpty = json::object();
@@ -64,15 +74,39 @@ int32_t token_field(const json& top, const char* key, int32_t fallback, const st
   return top[key].get<int32_t>();
 }
 
+// A list of block indexes under vision_config (each < depth), or `fallback` when absent.
+std::vector<int64_t> block_list(const json& j, const char* key, std::vector<int64_t> fallback, int64_t depth,
+                                const std::string& path) {
+  if (!j.contains(key)) return fallback;
+  TRIMKV_CHECK(j[key].is_array(), Config, "'", path, "': vision_config.", key, " must be a list, got ", j[key].dump());
+  std::vector<int64_t> out;
+  for (const auto& x : j[key]) {
+    TRIMKV_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() < depth, Config, "'", path,
+                 "': vision_config.", key, " ", j[key].dump(), " must name blocks of the tower, 0..", depth - 1);
+    out.push_back(x.get<int64_t>());
+  }
+  return out;
+}
+
 at::Tensor layer_norm_or_rms(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   if (b.defined()) return at::layer_norm(x, {x.size(-1)}, w, b, 1e-6);
   return rms_norm(x, w, 1e-6);
 }
 
+// A merger over a block's output x [S, E]: its norm before or after the merge blocks' m^2 rows
+// are put side by side, then Linear, GELU (erf), Linear -> [units, H].
+at::Tensor merge(const QwenVisionTower::Merger& m, const at::Tensor& x, int64_t units) {
+  const at::Tensor side_by_side = m.norm_after_shuffle
+                                      ? layer_norm_or_rms(x.reshape({units, -1}), m.norm_w, m.norm_b)
+                                      : layer_norm_or_rms(x, m.norm_w, m.norm_b).reshape({units, -1});
+  const at::Tensor mid = at::gelu(kernels::linear_auto(side_by_side.contiguous(), m.fc1_w, m.fc1_b));
+  return kernels::linear_auto(mid, m.fc2_w, m.fc2_b);
+}
+
 }  // namespace
 
 bool QwenVisionConfig::full_attention(int64_t block) const {
-  if (kind == QwenVisionKind::Qwen2) return true;
+  if (kind != QwenVisionKind::Qwen2_5) return true;
   return std::find(fullatt_block_indexes.begin(), fullatt_block_indexes.end(), block) != fullatt_block_indexes.end();
 }
 
@@ -81,13 +115,13 @@ Qwen2VlConfig Qwen2VlConfig::from_file(const std::string& path) {
   Qwen2VlConfig c;
   QwenVisionConfig& v = c.vision;
   const std::string type = top.value("model_type", std::string());
-  v.kind = type == "qwen2_5_vl" ? QwenVisionKind::Qwen2_5 : QwenVisionKind::Qwen2;
+  v.kind = type == "qwen2_5_vl" ? QwenVisionKind::Qwen2_5 : type == "qwen3_vl" ? QwenVisionKind::Qwen3 : QwenVisionKind::Qwen2;
   const json& j = section(top, "vision_config");
   try {
-    v.depth = int_field(j, {"depth", "num_hidden_layers"}, 32, path);
+    v.depth = int_field(j, {"depth", "num_hidden_layers"}, v.kind == QwenVisionKind::Qwen3 ? 27 : 32, path);
     v.n_head = int_field(j, {"num_heads", "num_attention_heads"}, 16, path);
     v.in_channels = int_field(j, {"in_channels"}, 3, path);
-    v.patch_size = int_field(j, {"patch_size"}, 14, path);
+    v.patch_size = int_field(j, {"patch_size"}, v.kind == QwenVisionKind::Qwen3 ? 16 : 14, path);
     v.temporal_patch_size = int_field(j, {"temporal_patch_size"}, 2, path);
     v.merge_size = int_field(j, {"spatial_merge_size"}, 2, path);
     if (v.kind == QwenVisionKind::Qwen2) {
@@ -95,24 +129,23 @@ Qwen2VlConfig Qwen2VlConfig::from_file(const std::string& path) {
       v.mlp_hidden = v.width * int_field(j, {"mlp_ratio"}, 4, path);
       v.out_hidden = int_field(j, {"hidden_size"}, 3584, path);
       v.hidden_act = j.value("hidden_act", std::string("quick_gelu"));
-    } else {
+    } else if (v.kind == QwenVisionKind::Qwen2_5) {
       v.width = int_field(j, {"hidden_size"}, 3584, path);
       v.mlp_hidden = int_field(j, {"intermediate_size"}, 3420, path);
       v.out_hidden = int_field(j, {"out_hidden_size"}, 3584, path);
       v.hidden_act = j.value("hidden_act", std::string("silu"));
       v.window_size = int_field(j, {"window_size"}, 112, path);
-      v.fullatt_block_indexes = {7, 15, 23, 31};
-      if (j.contains("fullatt_block_indexes")) {
-        TRIMKV_CHECK(j["fullatt_block_indexes"].is_array(), Config, "'", path,
-                     "': vision_config.fullatt_block_indexes must be a list, got ", j["fullatt_block_indexes"].dump());
-        v.fullatt_block_indexes.clear();
-        for (const auto& x : j["fullatt_block_indexes"]) {
-          TRIMKV_CHECK(x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() < v.depth, Config, "'",
-                       path, "': vision_config.fullatt_block_indexes ", j["fullatt_block_indexes"].dump(),
-                       " must name blocks 0..", v.depth - 1);
-          v.fullatt_block_indexes.push_back(x.get<int64_t>());
-        }
-      }
+      v.fullatt_block_indexes = block_list(j, "fullatt_block_indexes", {7, 15, 23, 31}, v.depth, path);
+    } else {
+      v.width = int_field(j, {"hidden_size"}, 1152, path);
+      v.mlp_hidden = int_field(j, {"intermediate_size"}, 4304, path);
+      v.out_hidden = int_field(j, {"out_hidden_size"}, 3584, path);
+      v.hidden_act = j.value("hidden_act", std::string("gelu_pytorch_tanh"));
+      v.num_position_embeddings = int_field(j, {"num_position_embeddings"}, 2304, path);
+      v.deepstack_visual_indexes = block_list(j, "deepstack_visual_indexes", {8, 16, 24}, v.depth, path);
+      const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(v.num_position_embeddings))));
+      TRIMKV_CHECK(side * side == v.num_position_embeddings, Config, "'", path,
+                   "': vision_config.num_position_embeddings ", v.num_position_embeddings, " is not a square");
     }
     const json& rope = section(j, "rope_parameters");
     if (rope.contains("rope_theta")) v.rope_theta = rope["rope_theta"].get<double>();
@@ -128,7 +161,7 @@ Qwen2VlConfig Qwen2VlConfig::from_file(const std::string& path) {
   TRIMKV_CHECK(v.width % v.n_head == 0 && v.head_dim() % 4 == 0, Config, "'", path, "': the vision width ", v.width,
                " over ", v.n_head, " heads must give a head width divisible by 4 (the 2D rotary splits it by rows "
                "and columns)");
-  TRIMKV_CHECK(v.kind == QwenVisionKind::Qwen2 || v.window_size % (v.patch_size * v.merge_size) == 0, Config, "'",
+  TRIMKV_CHECK(v.kind != QwenVisionKind::Qwen2_5 || v.window_size % (v.patch_size * v.merge_size) == 0, Config, "'",
                path, "': vision_config.window_size ", v.window_size, " is not a multiple of patch_size * "
                "spatial_merge_size = ", v.patch_size * v.merge_size);
   check_vit_activation(v.hidden_act, "'" + path + "'");
@@ -167,12 +200,16 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
   TRIMKV_CHECK(!root.empty(), Config, "checkpoint '", ws.source(), "' has no vision tower (looked for '", kRoots[0],
                kPatch, "' and '", kRoots[1], kPatch, "')");
   const int64_t e = cfg.width, f = cfg.mlp_hidden, m2 = cfg.merge_size * cfg.merge_size;
-  const bool qwen2 = cfg.kind == QwenVisionKind::Qwen2;
-  const BlockNames& names = qwen2 ? kQwen2Block : kQwen25Block;
+  const bool qwen3 = cfg.kind == QwenVisionKind::Qwen3;
+  const BlockNames& names = cfg.kind == QwenVisionKind::Qwen2 ? kQwen2Block : qwen3 ? kQwen3Block : kQwen25Block;
   Weights w;
   w.patch_w = ws.load({root + kPatch}, {e, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size})
                   .reshape({e, cfg.patch_dim()})
                   .contiguous();
+  if (qwen3) {
+    w.patch_b = ws.load({root + "patch_embed.proj.bias"}, {e});
+    w.pos_embed = ws.load({root + "pos_embed.weight"}, {cfg.num_position_embeddings, e});
+  }
   for (int64_t i = 0; i < cfg.depth; ++i) {
     const std::string p = root + "blocks." + std::to_string(i) + ".";
     Block b;
@@ -196,23 +233,33 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
     b.b_fc2 = ws.load({fc2 + ".bias"}, {e});
     w.blocks.push_back(std::move(b));
   }
-  const std::string mp = root + "merger.";
-  w.ln_q_w = ws.load({mp + "ln_q.weight"}, {e});
-  if (qwen2) w.ln_q_b = ws.load({mp + "ln_q.bias"}, {e});
-  w.mlp0_w = ws.load({mp + "mlp.0.weight"}, {e * m2, e * m2});
-  w.mlp0_b = ws.load({mp + "mlp.0.bias"}, {e * m2});
-  const std::string out = mp + "mlp.2.weight";
-  const TensorInfo* info = ws.find(out);
-  TRIMKV_CHECK(info, Config, "checkpoint '", ws.source(), "' lacks the merger's output '", out, "'");
-  const std::vector<int64_t> want = {text_hidden, e * m2};
-  TRIMKV_CHECK(info->shape == want, Shape, "checkpoint '", ws.source(), "': merger '", out, "' is ",
-               shape_to_string(info->shape), " but the text decoder's hidden_size ", text_hidden,
-               " and the vision width ", e, " x ", m2, " merged patches need ", shape_to_string(want),
-               ": the merger contradicts the text model");
   TRIMKV_CHECK(cfg.out_hidden == text_hidden, Config, "checkpoint '", ws.source(), "': the vision config's merger "
                "output ", cfg.out_hidden, " differs from the text hidden_size ", text_hidden);
-  w.mlp2_w = ws.load({out}, want);
-  w.mlp2_b = ws.load({mp + "mlp.2.bias"}, {text_hidden});
+  const MergerNames& mn = qwen3 ? kQwen3Merger : kQwen2Merger;
+  // Norm with bias: LayerNorm (Qwen2, Qwen3); without: RMSNorm (Qwen2.5).
+  auto merger = [&](const std::string& mp, bool after_shuffle) {
+    Merger m;
+    const int64_t nw = after_shuffle ? e * m2 : e;
+    m.norm_after_shuffle = after_shuffle;
+    m.norm_w = ws.load({mp + mn.norm + ".weight"}, {nw});
+    if (cfg.kind != QwenVisionKind::Qwen2_5) m.norm_b = ws.load({mp + mn.norm + ".bias"}, {nw});
+    m.fc1_w = ws.load({mp + mn.fc1 + ".weight"}, {e * m2, e * m2});
+    m.fc1_b = ws.load({mp + mn.fc1 + ".bias"}, {e * m2});
+    const std::string out = mp + mn.fc2 + ".weight";
+    const TensorInfo* info = ws.find(out);
+    TRIMKV_CHECK(info, Config, "checkpoint '", ws.source(), "' lacks the merger's output '", out, "'");
+    const std::vector<int64_t> want = {text_hidden, e * m2};
+    TRIMKV_CHECK(info->shape == want, Shape, "checkpoint '", ws.source(), "': merger '", out, "' is ",
+                 shape_to_string(info->shape), " but the text decoder's hidden_size ", text_hidden,
+                 " and the vision width ", e, " x ", m2, " merged patches need ", shape_to_string(want),
+                 ": the merger contradicts the text model");
+    m.fc2_w = ws.load({out}, want);
+    m.fc2_b = ws.load({mp + mn.fc2 + ".bias"}, {text_hidden});
+    return m;
+  };
+  w.merger = merger(root + "merger.", false);
+  for (size_t j = 0; j < cfg.deepstack_visual_indexes.size(); ++j)
+    w.deepstack.push_back(merger(root + "deepstack_merger_list." + std::to_string(j) + ".", true));
   return std::make_shared<QwenVisionTower>(cfg, std::move(w));
 }
 
@@ -220,13 +267,51 @@ QwenVisionTower::QwenVisionTower(QwenVisionConfig cfg, Weights w) : m_cfg(std::m
 
 int64_t QwenVisionTower::parameter_count() const {
   int64_t n = 0;
-  for (const at::Tensor* t : {&m_w.patch_w, &m_w.ln_q_w, &m_w.ln_q_b, &m_w.mlp0_w, &m_w.mlp0_b, &m_w.mlp2_w, &m_w.mlp2_b})
-    if (t->defined()) n += t->numel();
-  for (const Block& b : m_w.blocks)
-    for (const at::Tensor* t : {&b.norm1_w, &b.norm1_b, &b.norm2_w, &b.norm2_b, &b.w_qkv, &b.b_qkv, &b.w_proj,
-                                &b.b_proj, &b.w_fc1, &b.b_fc1, &b.w_fc2, &b.b_fc2})
+  auto add = [&n](std::initializer_list<const at::Tensor*> ts) {
+    for (const at::Tensor* t : ts)
       if (t->defined()) n += t->numel();
+  };
+  add({&m_w.patch_w, &m_w.patch_b, &m_w.pos_embed});
+  for (const Merger* m : {&m_w.merger})
+    add({&m->norm_w, &m->norm_b, &m->fc1_w, &m->fc1_b, &m->fc2_w, &m->fc2_b});
+  for (const Merger& m : m_w.deepstack) add({&m.norm_w, &m.norm_b, &m.fc1_w, &m.fc1_b, &m.fc2_w, &m.fc2_b});
+  for (const Block& b : m_w.blocks)
+    add({&b.norm1_w, &b.norm1_b, &b.norm2_w, &b.norm2_b, &b.w_qkv, &b.b_qkv, &b.w_proj, &b.b_proj, &b.w_fc1, &b.b_fc1,
+         &b.w_fc2, &b.b_fc2});
   return n;
+}
+
+at::Tensor qwen3_vl_position_embeddings(const at::Tensor& table, int64_t grid_h, int64_t grid_w, int64_t merge) {
+  const int64_t side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(table.size(0)))));
+  TRIMKV_ASSERT(side * side == table.size(0) && grid_h % merge == 0 && grid_w % merge == 0);
+  // Per axis: src = i (S - 1) / max(n - 1, 1) in float32; taps floor and floor + 1 clamped to
+  // the table; weights max(0, 1 - |src - tap|) (F.interpolate bilinear, align_corners).
+  auto taps = [side](int64_t i, int64_t n, int64_t tap[2], float weight[2]) {
+    const float src = static_cast<float>(i) * static_cast<float>(side - 1) / static_cast<float>(std::max<int64_t>(n - 1, 1));
+    const float lo = std::floor(src);
+    for (int k = 0; k < 2; ++k) {
+      tap[k] = std::clamp<int64_t>(static_cast<int64_t>(lo) + k, 0, side - 1);
+      weight[k] = std::max(0.0f, 1.0f - std::fabs(src - lo - static_cast<float>(k)));
+    }
+  };
+  const int64_t s = grid_h * grid_w, bcols = grid_w / merge, m2 = merge * merge;
+  std::vector<int64_t> index(static_cast<size_t>(4 * s));
+  std::vector<float> weight(static_cast<size_t>(4 * s));
+  for (int64_t p = 0; p < s; ++p) {  // the processor's row order: merge blocks, then rows in them
+    const int64_t unit = p / m2, in = p % m2;
+    const int64_t row = (unit / bcols) * merge + in / merge, col = (unit % bcols) * merge + in % merge;
+    int64_t th[2], tw[2];
+    float wh[2], ww[2];
+    taps(row, grid_h, th, wh);
+    taps(col, grid_w, tw, ww);
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 2; ++b) {
+        index[static_cast<size_t>(4 * p + 2 * a + b)] = th[a] * side + tw[b];
+        weight[static_cast<size_t>(4 * p + 2 * a + b)] = wh[a] * ww[b];
+      }
+  }
+  const at::Tensor rows = at::embedding(table, at::tensor(index, at::kLong)).view({s, 4, table.size(1)});
+  return (rows * at::tensor(weight, at::kFloat).view({s, 4, 1})).sum(1);
 }
 
 QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int64_t grid_h, int64_t grid_w,
@@ -273,9 +358,12 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
   const RopeTables rope{angles.cos(), angles.sin()};
   const std::vector<int64_t> whole = {0, s};
 
-  at::Tensor x = kernels::linear_auto(patches.to(at::kFloat).index_select(0, perm).contiguous(), m_w.patch_w);
+  at::Tensor x = kernels::linear_auto(patches.to(at::kFloat).index_select(0, perm).contiguous(), m_w.patch_w, m_w.patch_b);
+  if (m_w.pos_embed.defined())  // Qwen3: learned positions resampled to this grid
+    x = x + qwen3_vl_position_embeddings(m_w.pos_embed, grid_h, grid_w, m).index_select(0, perm);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   VitAttentionStats stats;
+  std::vector<at::Tensor> deep(c.deepstack_visual_indexes.size());
   for (int64_t ib = 0; ib < c.depth; ++ib) {
     if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
     const Block& b = m_w.blocks[static_cast<size_t>(ib)];
@@ -303,21 +391,21 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
     x = x + kernels::linear_auto(outs.size() == 1 ? outs[0] : at::cat(outs, 0), b.w_proj, b.b_proj);
     const at::Tensor h2 = layer_norm_or_rms(x, b.norm2_w, b.norm2_b);
     at::Tensor mid = kernels::linear_auto(h2, b.w_fc1, b.b_fc1);
-    if (c.kind == QwenVisionKind::Qwen2) {
+    if (c.kind != QwenVisionKind::Qwen2_5) {
       mid = vit_activation(mid, c.hidden_act);
     } else {
       const int64_t f = c.mlp_hidden;
       mid = vit_activation(mid.narrow(1, 0, f), c.hidden_act) * mid.narrow(1, f, f);
     }
     x = x + kernels::linear_auto(mid.contiguous(), b.w_fc2, b.b_fc2);
+    for (size_t j = 0; j < c.deepstack_visual_indexes.size(); ++j)  // Qwen3: this block feeds deepstack j
+      if (c.deepstack_visual_indexes[j] == ib) deep[j] = merge(m_w.deepstack[j], x, units);
   }
-  // Merger: each merge block's m^2 rows side by side, LN first, then Linear, GELU (erf), Linear.
-  const at::Tensor normed = layer_norm_or_rms(x, m_w.ln_q_w, m_w.ln_q_b).reshape({units, e * m2}).contiguous();
-  const at::Tensor mid = at::gelu(kernels::linear_auto(normed, m_w.mlp0_w, m_w.mlp0_b));
-  const at::Tensor merged = kernels::linear_auto(mid, m_w.mlp2_w, m_w.mlp2_b);  // [units, H], window order
+  const at::Tensor merged = merge(m_w.merger, x, units);  // [units, H], window order
   const at::Tensor unit_perm = at::tensor(unit_order, at::kLong);
   Encoded out;
   out.embeddings = at::empty_like(merged).index_copy_(0, unit_perm, merged);
+  for (const at::Tensor& d : deep) out.deepstack.push_back(at::empty_like(d).index_copy_(0, unit_perm, d));
   out.hidden = at::empty_like(x).index_copy_(0, perm, x);
   if (with_stats) {
     out.attention = at::empty({units}, x.options())
@@ -330,7 +418,10 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
 
 namespace {
 
-std::shared_ptr<VlmModel> load_qwen2_vl(const std::string& dir, const std::vector<TemplateVar>& vars) {
+}  // namespace
+
+std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector<TemplateVar>& vars,
+                                       const VlmFamily& family) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   auto m = std::make_shared<VlmModel>();
   m->text = load_text_model(dir);
@@ -364,9 +455,9 @@ std::shared_ptr<VlmModel> load_qwen2_vl(const std::string& dir, const std::vecto
   }
 
   VisionInfo& vi = m->info;
-  vi.family = "qwen2_vl";
+  vi.family = family.name;
   vi.model_type = checkpoint_model_type(dir);
-  vi.description = qwen2_vl_family().description;
+  vi.description = family.description;
   vi.vision_parameters = tower->parameter_count();
   vi.hidden_size = v.width;
   vi.n_layer = v.depth;
@@ -383,6 +474,10 @@ std::shared_ptr<VlmModel> load_qwen2_vl(const std::string& dir, const std::vecto
   return m;
 }
 
+namespace {
+std::shared_ptr<VlmModel> load_qwen2_vl(const std::string& dir, const std::vector<TemplateVar>& vars) {
+  return load_qwen_vl(dir, vars, qwen2_vl_family());
+}
 }  // namespace
 
 const VlmFamily& qwen2_vl_family() {

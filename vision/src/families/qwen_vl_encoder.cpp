@@ -160,11 +160,16 @@ class QwenVlEncoder final : public TextTurnEncoder {
     seg.ids = raw ? tokenizer().encode(expanded) : encode(expanded);
     std::tie(seg.infos, seg.rope) = qwen_vl_tag_tokens(seg.ids, m_ids, grids, first_image_id);
     std::vector<at::Tensor> feats;
+    std::vector<std::vector<at::Tensor>> deep(m_tower->config().deepstack_visual_indexes.size());
     for (EncodedImage& e : encoded) {
       e.out = m_tower->encode(e.patches.pixels, e.patches.grid_h, e.patches.grid_w, static_cast<bool>(reduce), cancel);
       feats.push_back(e.out.embeddings);
+      for (size_t j = 0; j < deep.size(); ++j) deep[j].push_back(e.out.deepstack[j]);
     }
-    if (!feats.empty()) seg.image_embeddings = at::cat(feats, 0);
+    if (!feats.empty()) {
+      seg.image_embeddings = at::cat(feats, 0);
+      for (const auto& d : deep) seg.deepstack.push_back(at::cat(d, 0));
+    }
     if (reduce && !encoded.empty()) reduce_image_tokens(seg, encoded, records, first_image_id, reduce);
     images.insert(images.end(), records.begin(), records.end());
     return seg;
@@ -173,7 +178,8 @@ class QwenVlEncoder final : public TextTurnEncoder {
   // VisionZip after the merger: each image's merged tokens (last-block attention and keys pooled
   // over their merge block) go through `reduce`; the image's pad run becomes the kept tokens: the
   // dominant ones in order with their own tags and rotary offsets, then the merged contextual
-  // ones (grid row/column -1; rotary offsets of the token that seeded them). The text after keeps
+  // ones (grid row/column -1; rotary offsets of the token that seeded them); deepstack rows are
+  // reduced the same way. The text after keeps
   // its offsets: the image still spans its grid. An image whose reduction keeps everything stays
   // as it was, no merge recorded.
   void reduce_image_tokens(StreamSegment& seg, const std::vector<EncodedImage>& encoded,
@@ -183,6 +189,7 @@ class QwenVlEncoder final : public TextTurnEncoder {
     std::vector<TokenInfo> infos;
     std::vector<RopeOffset> rope;
     std::vector<at::Tensor> rows;
+    std::vector<std::vector<at::Tensor>> deep(seg.deepstack.size());  // deepstack rows follow
     for (size_t i = 0; i < seg.ids.size();) {
       if (seg.infos[i].modality != Modality::Image) {
         ids.push_back(seg.ids[i]);
@@ -200,6 +207,7 @@ class QwenVlEncoder final : public TextTurnEncoder {
         infos.insert(infos.end(), seg.infos.begin() + i, seg.infos.begin() + i + n);
         rope.insert(rope.end(), seg.rope.begin() + i, seg.rope.begin() + i + n);
         rows.push_back(e.out.embeddings);
+        for (size_t j = 0; j < deep.size(); ++j) deep[j].push_back(e.out.deepstack[j]);
       } else {
         TokenMerge tm;
         tm.image_id = seg.infos[i].image_id;
@@ -223,6 +231,7 @@ class QwenVlEncoder final : public TextTurnEncoder {
         TRIMKV_ASSERT(static_cast<int64_t>(ids.size()) - tm.first_token == tm.n_out);
         seg.token_merges.push_back(std::move(tm));
         rows.push_back(r.embeddings);
+        for (size_t j = 0; j < deep.size(); ++j) deep[j].push_back(visionzip_reduce_rows(r, e.out.deepstack[j]));
       }
       records[static_cast<size_t>(k)].n_image_tokens = rows.back().size(0);
       i += static_cast<size_t>(n);
@@ -231,6 +240,7 @@ class QwenVlEncoder final : public TextTurnEncoder {
     seg.infos = std::move(infos);
     seg.rope = std::move(rope);
     seg.image_embeddings = at::cat(rows, 0);
+    for (size_t j = 0; j < deep.size(); ++j) seg.deepstack[j] = at::cat(deep[j], 0);
   }
 
   std::shared_ptr<const QwenVisionTower> m_tower;

@@ -10,7 +10,7 @@ namespace trimkv::vision {
 
 namespace {
 const std::vector<const VlmFamily*>& all_families() {
-  static const std::vector<const VlmFamily*> kAll{&idefics3_family(), &qwen2_vl_family()};
+  static const std::vector<const VlmFamily*> kAll{&idefics3_family(), &qwen2_vl_family(), &qwen3_vl_family()};
   return kAll;
 }
 const VlmFamily* find_family(const std::string& model_type) {

@@ -11,6 +11,7 @@
 
 #include "trimkv/core/kv_types.h"
 #include "trimkv/core/generation_types.h"
+#include "trimkv/core/text_decoder.h"
 #include "trimkv/core/text_model.h"
 
 namespace trimkv {
@@ -39,11 +40,14 @@ class TextRunner {
   // rope_position are assigned here). `cancel` is polled between chunks: Error{Cancelled}, with
   // the chunks already run left in the cache (the Session rolls back). `rope` ([n] or empty):
   // the positions' multimodal rotary offsets from the segment's start (a model with M-RoPE);
-  // empty: sequential positions. Returns [vocab] logits of the last position.
+  // empty: sequential positions. `deepstack` (Qwen3-VL, or empty): deepstack[j] [n_image, d] is
+  // added to the image positions (in stream order) after decoder layer j. Returns [vocab] logits
+  // of the last position.
   at::Tensor prefill_embedded(const std::vector<int32_t>& ids, const at::Tensor& embeds,
                               const std::vector<TokenInfo>& infos,
                               const std::atomic<bool>* cancel = nullptr,
-                              const std::vector<RopeOffset>& rope = {});
+                              const std::vector<RopeOffset>& rope = {},
+                              const std::vector<at::Tensor>& deepstack = {});
 
   // Eviction (evictor.h): after every forward the evictor may compress the cache; `scorer`
   // (nullable) gives each new entry its log β (retention gates). Error{Input} before any work
@@ -67,7 +71,7 @@ class TextRunner {
   at::Tensor forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
                            bool more_chunks = false, const at::Tensor& embeds = {},
                            const TokenInfo* per_token = nullptr, const RopeOffset* rope = nullptr,
-                           int64_t rope_base = 0);
+                           int64_t rope_base = 0, const LayerInjection& inject = {});
   void check_prompt(const std::vector<int32_t>& ids) const;  // non-empty, fits, in vocabulary
 
   const TextModel* m_model;

@@ -137,6 +137,11 @@ struct VisionZipResult {
 VisionZipResult visionzip_select(const at::Tensor& attention, const at::Tensor& keys,
                                  const at::Tensor& embeddings, int n_dominant, int n_contextual);
 
+// The same reduction applied to other rows of the tokens ([n, d] -> [n_dominant + n_contextual,
+// d]: the dominant rows, then each contextual token's members' mean), e.g. Qwen3-VL's deepstack
+// features, which must follow the embeddings they belong to.
+at::Tensor visionzip_reduce_rows(const VisionZipResult& r, const at::Tensor& x);
+
 // The visionzip policy's token counts (for the vision pipeline); false for any other policy.
 bool visionzip_settings(const EvictionPolicy& policy, int& dominant, int& contextual);
 

@@ -38,6 +38,8 @@ struct StreamSegment {
                                          // this segment; first_token counts from its start
   std::vector<RopeOffset> rope;  // [n] multimodal rotary offsets from the segment's start
                                  // (M-RoPE families), or empty: sequential positions
+  std::vector<at::Tensor> deepstack;  // Qwen3-VL: [j] [n_image, hidden_size], added to the image
+                                      // positions after decoder layer j (TextRunner), or empty
 };
 
 // Reduces the image tokens of one vision-tower pass (an image, or one tile of a tiled image)
@@ -161,6 +163,7 @@ class Session {
     at::Tensor embeds;            // [n, hidden_size]
     std::vector<TokenMerge> merges;  // token_merges of the segment, first_token absolute
     std::vector<RopeOffset> rope;    // as StreamSegment::rope
+    std::vector<at::Tensor> deepstack;  // as StreamSegment::deepstack
   };
   // Prefills `seg` as message `turn`; on any error rolls back and rethrows. Returns [vocab].
   at::Tensor append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel);

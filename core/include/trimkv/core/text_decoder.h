@@ -51,6 +51,14 @@ class EntryScorer {
   virtual at::Tensor log_beta(int64_t il, const at::Tensor& x_norm) const = 0;
 };
 
+// Features added to some positions' hidden states after the first decoder layers (Qwen3-VL's
+// deepstack: the vision tower's intermediate features on the image positions, prefill only).
+struct LayerInjection {
+  at::Tensor rows;               // [m] int64: positions (rows of the forward's input) they go to
+  std::vector<at::Tensor> adds;  // adds[j]: [m, d], added to those rows after layer j's output
+  bool empty() const { return adds.empty() || !rows.defined() || rows.numel() == 0; }
+};
+
 class TextDecoder {
  public:
   // Binds every tensor of `family` from `weights` (legacy and new name schemes accepted), checking
@@ -82,17 +90,18 @@ class TextDecoder {
                            const std::vector<at::Tensor>& logit_bias = {},
                            const EntryScorer* scorer = nullptr,
                            std::vector<at::Tensor>* log_beta_out = nullptr,
-                           const QkObserver& on_qk = {}) const;
+                           const QkObserver& on_qk = {}, const LayerInjection& inject = {}) const;
 
   // Cached path: x [n, d], positions [n] (rope), token_indices [n] (sequential stream indices,
   // already registered in the cache). Appends each layer's K/V (and log β from `scorer`, if any)
   // then attends over the cache. Returns final-normed hidden states [n, d].
   // `observer` (optional): receives each layer's queries and, when it asks, the per-entry
   // attention sums (eviction policies that need attention statistics; attention_observer.h).
+  // `inject` (optional): features added after the first layers (LayerInjection).
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& positions,
                             const std::vector<int32_t>& token_indices, KvCache& cache,
                             const EntryScorer* scorer = nullptr,
-                            AttentionObserver* observer = nullptr) const;
+                            AttentionObserver* observer = nullptr, const LayerInjection& inject = {}) const;
 
   at::Tensor logits(const at::Tensor& hidden /* [n, d] */) const;  // -> [n, vocab]
 
@@ -101,7 +110,8 @@ class TextDecoder {
   // (il, x_norm [n, d], q [n, n_head, hd], k, v [n, n_kv_head, hd]) -> [n, n_head * hd].
   using AttendFn = std::function<at::Tensor(int64_t, const at::Tensor&, const at::Tensor&,
                                             const at::Tensor&, const at::Tensor&)>;
-  at::Tensor run_layers(const at::Tensor& x, const at::Tensor& positions, const AttendFn& attend) const;
+  at::Tensor run_layers(const at::Tensor& x, const at::Tensor& positions, const AttendFn& attend,
+                        const LayerInjection& inject) const;
 
   // q, k, v of one layer, normed (Qwen3) and rotated. x_norm: [n, d].
   void project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x_norm, const RopeTables& rope,

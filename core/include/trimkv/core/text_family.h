@@ -42,8 +42,10 @@ const TextFamily& llama_family();
 const TextFamily& qwen2_family();
 const TextFamily& qwen3_family();
 const TextFamily& qwen2_vl_text_family();  // Qwen2-VL / Qwen2.5-VL decoders: Qwen2 + M-RoPE
+const TextFamily& qwen3_vl_text_family();  // Qwen3-VL's decoder: Qwen3 + interleaved M-RoPE (qwen3.cpp)
 
 // The Qwen2 decoder's tensor table (Qwen2 and the Qwen2-VL line share it).
 const std::vector<LayerTensorSpec>& qwen2_layer_tensors();
+const std::vector<LayerTensorSpec>& qwen3_layer_tensors();
 
 }  // namespace trimkv

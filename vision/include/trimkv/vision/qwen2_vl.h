@@ -1,8 +1,9 @@
-// Qwen2-VL and Qwen2.5-VL (shared/QWEN-VL.md): the vision tower (patch embedding as a matmul,
-// 2D rotary, attention within each image, Qwen2.5's window attention), the 2x2 patch merger, and
-// the prompt side the Qwen-VL line shares (image-pad expansion, per-token tags and M-RoPE
-// offsets). The family file (src/families/qwen2_vl.cpp) binds the weights and registers both
-// model types; this header is what tests and the encoder use.
+// The Qwen-VL line (shared/QWEN-VL.md): Qwen2-VL, Qwen2.5-VL and Qwen3-VL. The vision tower
+// (patch embedding as a matmul, 2D rotary, attention within each image; Qwen2.5's window
+// attention; Qwen3's learned position embeddings interpolated to the grid and its deepstack
+// mergers), the 2x2 patch merger, and the prompt side the line shares (image-pad expansion,
+// per-token tags and M-RoPE offsets). The family files (src/families/qwen2_vl.cpp, qwen3_vl.cpp)
+// register the model types; this header is what tests and the encoder use.
 #pragma once
 #include <ATen/core/Tensor.h>
 
@@ -24,6 +25,8 @@ namespace trimkv::vision {
 enum class QwenVisionKind {
   Qwen2,    // LayerNorm blocks, fc1/fc2 MLP (quick_gelu), LayerNorm merger, full attention
   Qwen2_5,  // RMSNorm blocks, SiLU-gated MLP, RMSNorm merger, window attention + full blocks
+  Qwen3,    // patch bias, learned position embeddings, LayerNorm blocks, fc1/fc2 MLP (tanh GELU),
+            // deepstack mergers after some blocks
 };
 
 struct QwenVisionConfig {
@@ -37,6 +40,8 @@ struct QwenVisionConfig {
   std::string hidden_act = "quick_gelu";
   int64_t window_size = 112;                   // Qwen2.5: pixels per window side
   std::vector<int64_t> fullatt_block_indexes;  // Qwen2.5: blocks with whole-image attention
+  int64_t num_position_embeddings = 0;         // Qwen3: a square table of learned positions
+  std::vector<int64_t> deepstack_visual_indexes;  // Qwen3: blocks whose output feeds a deepstack merger
   double rope_theta = 10000.0;
 
   int64_t head_dim() const { return width / n_head; }
@@ -49,8 +54,9 @@ struct Qwen2VlConfig {
   QwenVisionConfig vision;
   int32_t image_token_id = 151655, video_token_id = 151656;
   int32_t vision_start_token_id = 151652, vision_end_token_id = 151653;
-  // model_type qwen2_vl -> Qwen2, qwen2_5_vl -> Qwen2_5. Errors name the file and the field
-  // (a head width the 2D rotary cannot split, an unknown activation, block indexes out of range).
+  // model_type qwen2_vl -> Qwen2, qwen2_5_vl -> Qwen2_5, qwen3_vl -> Qwen3. Errors name the file
+  // and the field (a head width the 2D rotary cannot split, an unknown activation, block indexes
+  // beyond the tower's depth, a position table that is not square).
   static Qwen2VlConfig from_file(const std::string& config_path);
 };
 
@@ -74,12 +80,20 @@ class QwenVisionTower {
     at::Tensor w_fc1, b_fc1;                        // Qwen2: [F, E]; Qwen2.5: gate and up fused [2F, E]
     at::Tensor w_fc2, b_fc2;                        // [E, F]
   };
+  // A patch merger: norm, the merge block's m^2 rows side by side, Linear, GELU (erf), Linear.
+  struct Merger {
+    at::Tensor norm_w, norm_b;  // [E] (before the shuffle) or [4E] (after it); b undefined: RMSNorm
+    bool norm_after_shuffle = false;
+    at::Tensor fc1_w, fc1_b;    // [4E, 4E]
+    at::Tensor fc2_w, fc2_b;    // [H, 4E]
+  };
   struct Weights {
     at::Tensor patch_w;  // [E, C * T * p * p] (the Conv3d kernel flattened)
+    at::Tensor patch_b;  // [E] (Qwen3) or undefined
+    at::Tensor pos_embed;  // [S^2, E] (Qwen3) or undefined
     std::vector<Block> blocks;
-    at::Tensor ln_q_w, ln_q_b;   // [E]; b undefined for RMSNorm
-    at::Tensor mlp0_w, mlp0_b;   // [4E, 4E]
-    at::Tensor mlp2_w, mlp2_b;   // [H, 4E]
+    Merger merger;
+    std::vector<Merger> deepstack;  // Qwen3: one per deepstack_visual_indexes entry
   };
 
   // Binds model.visual.* (v5) or visual.* (legacy) and checks the merger's output against
@@ -93,6 +107,7 @@ class QwenVisionTower {
 
   struct Encoded {
     at::Tensor embeddings;  // [grid_h * grid_w / merge^2, H], merged units row-major
+    std::vector<at::Tensor> deepstack;  // Qwen3: [units, H] per deepstack index, same order
     at::Tensor hidden;      // [grid_h * grid_w, E] the last block's output, processor row order
     at::Tensor attention;   // [units]: the last block's attention received per merged unit (mean
                             //          over its patches), with_stats only
@@ -108,6 +123,11 @@ class QwenVisionTower {
   QwenVisionConfig m_cfg;
   Weights m_w;
 };
+
+// Qwen3-VL's learned position embeddings resampled to a grid_h x grid_w patch grid (bilinear,
+// align_corners, as vision_utils.get_vision_interpolation_indices_and_weights), rows in the
+// processor's merge-block order. table: [S^2, E] -> [grid_h * grid_w, E].
+at::Tensor qwen3_vl_position_embeddings(const at::Tensor& table, int64_t grid_h, int64_t grid_w, int64_t merge);
 
 // Prompt side of the Qwen-VL line.
 struct QwenVlTokenIds {

@@ -41,5 +41,6 @@ std::string family_for_model_type(const std::string& model_type);
 
 const VlmFamily& idefics3_family();  // idefics3.cpp
 const VlmFamily& qwen2_vl_family();  // qwen2_vl.cpp
+const VlmFamily& qwen3_vl_family();  // qwen3_vl.cpp
 
 }  // namespace trimkv::vision
