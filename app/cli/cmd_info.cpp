@@ -9,9 +9,37 @@
 
 namespace trimkv::cli {
 
+namespace {
+
+// `trimkv info --gates FILE`: the gates checked against config.json only (a folder with no
+// weights will do: the released gates' real shapes against a config).
+int describe_gates(const std::string& dir, const std::string& path, bool json) {
+  const GatesFileInfo g = check_gates_file(path, dir);
+  if (json) {
+    std::cout << nlohmann::json{{"gates", g.path}, {"config", g.config_path}, {"kind", g.kind}, {"layers", g.n_layer},
+                                {"kv_heads", g.n_kv_head}, {"hidden_size", g.hidden_size},
+                                {"gate_hidden", g.gate_hidden}, {"tied", g.tied}, {"parameters", g.parameters},
+                                {"fits", true}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::cout << "gates          " << g.path << "\n"
+            << "kind           " << g.kind << (g.tied ? ", output layer tied across layers" : "") << "\n"
+            << "shape          " << g.n_layer << " layers, " << g.hidden_size << " -> " << g.gate_hidden
+            << (g.kind == "dbtrimkv" ? " -> " + std::to_string(g.gate_hidden) : std::string()) << " -> "
+            << g.n_kv_head << " KV heads, " << g.parameters << " parameters\n"
+            << "fits           " << g.config_path << " (" << g.model_type << ": " << g.model_layers
+            << " layers, hidden " << g.model_hidden << ", " << g.model_kv_heads << " KV heads)\n";
+  return 0;
+}
+
+}  // namespace
+
 int cmd_info(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) (default: the embedded demo model)"},
+      {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
   };
@@ -21,6 +49,7 @@ int cmd_info(int argc, char** argv, int first) {
     return 0;
   }
   const std::string dir = args.model_dir();
+  if (args.has("gates")) return describe_gates(dir, args.get("gates"), args.flag("json"));
   // Vision-language checkpoints load through the VLM family registry; others as text models.
   std::unique_ptr<vision::ChatEngine> vlm;
   if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir);

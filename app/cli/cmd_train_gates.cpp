@@ -25,7 +25,7 @@ int cmd_train_gates(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint folder of the frozen model"},
       {"data", "FILE.jsonl", "training data: {\"text\": ...} or {\"images\": [...], \"turns\": [{\"text\", \"answer\"}]} per line"},
-      {"out", "FILE", "gates file to write (e.g. DIR/retention_gates.safetensors)"},
+      {"out", "FILE", "gates file to write: .safetensors ours (e.g. DIR/retention_gates.safetensors) or .pth in the authors' trimkv_weights.pth layout"},
       {"kind", "K", "dbtrimkv (default: tied output, global capacity) or trimkv (per-head)"},
       {"untied", "", "DBTrimKV ablation: per-layer output projection and bias"},
       {"gate-hidden", "N", "gate MLP width (default 512)"},

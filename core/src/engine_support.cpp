@@ -1,5 +1,7 @@
 #include "trimkv/core/engine_support.h"
 
+#include <filesystem>
+
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
@@ -64,6 +66,28 @@ ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
     i.gates_parameters = gates.gates->parameter_count();
     i.gates_train_budget = gates.gates->config().train_budget;
   }
+  return i;
+}
+
+GatesFileInfo check_gates_file(const std::string& gates_path, const std::string& model_dir) {
+  GatesFileInfo i;
+  i.path = gates_path;
+  i.config_path = (std::filesystem::path(model_dir) / "config.json").string();
+  const TextConfig cfg = load_text_config(i.config_path);
+  const RetentionGates gates = load_gates(gates_path);
+  check_gates_fit(gates, cfg, gates_path, model_dir);
+  const GateConfig& g = gates.config();
+  i.kind = gate_kind_name(g.kind);
+  i.tied = g.is_tied();
+  i.n_layer = g.n_layer;
+  i.n_kv_head = g.n_kv_head;
+  i.hidden_size = g.hidden_size;
+  i.gate_hidden = g.gate_hidden;
+  i.parameters = gates.parameter_count();
+  i.model_type = cfg.model_type;
+  i.model_layers = cfg.n_layer;
+  i.model_hidden = cfg.hidden_size;
+  i.model_kv_heads = cfg.n_kv_head;
   return i;
 }
 

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <tuple>
 
 #include "test_util.h"
 #include "trimkv/core/engine.h"
@@ -244,4 +245,68 @@ TEST_CASE("Loading a gates file that is missing or holds no gates fails with a c
   REQUIRE_THROWS_WITH(load_gates(dir.file("empty.safetensors")), Catch::Contains("no retention-gate tensors"));
   test::write_text(dir.file("x.pth"), std::string("PK\x03\x04garbage", 11));
   REQUIRE_THROWS_AS(load_gates(dir.file("x.pth")), Error);
+}
+
+namespace {
+// A config.json with Qwen3-VL-4B-Instruct's text sizes (and its vision section), no weights.
+void write_qwen3_vl_4b_config(const std::string& dir) {
+  trimkv::test::write_text(dir + "/config.json", R"({
+    "architectures": ["Qwen3VLForConditionalGeneration"], "model_type": "qwen3_vl",
+    "image_token_id": 151655, "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "tie_word_embeddings": true,
+    "text_config": {"model_type": "qwen3_vl_text", "vocab_size": 151936, "hidden_size": 2560, "intermediate_size": 9728,
+      "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+      "max_position_embeddings": 262144, "rms_norm_eps": 1e-6,
+      "rope_scaling": {"rope_type": "default", "mrope_section": [24, 20, 20], "mrope_interleaved": true},
+      "rope_theta": 5000000},
+    "vision_config": {"model_type": "qwen3_vl", "depth": 24, "hidden_size": 1024, "intermediate_size": 4096,
+      "num_heads": 16, "out_hidden_size": 2560, "patch_size": 16, "num_position_embeddings": 2304,
+      "deepstack_visual_indexes": [5, 11, 17]}})");
+}
+
+GateConfig released_shape(int64_t layers, int64_t hidden, int64_t width = 512) {
+  GateConfig c;
+  c.kind = GateKind::DBTrimKV;
+  c.n_layer = layers;
+  c.hidden_size = hidden;
+  c.n_kv_head = 8;
+  c.gate_hidden = width;
+  c.tied = true;
+  c.bias_init = 10.0;  // the authors' retention_gate_bias_init
+  return c;
+}
+}  // namespace
+
+TEST_CASE("Gates in the released Qwen3-VL-4B layout validate against its config alone; wrong shapes are refused",
+          "[gates][pth]") {
+  trimkv::test::ScratchDir dir("gates-4b");
+  write_qwen3_vl_4b_config(dir.path());
+  // The release's shapes (36 layers, hidden 2560, 8 KV heads, width 512, tied), written as the
+  // authors' trimkv_weights.pth: keys under model.language_model.
+  const RetentionGates gates = RetentionGates::init(released_shape(36, 2560), 5);
+  const std::string pth = dir.file("trimkv_weights.pth");
+  save_gates_pth(pth, gates, "model.language_model.");
+  const auto keys = read_torch_state_dict(pth);
+  REQUIRE(keys.size() == 36 * 6);  // linear1/2 weight+bias, linear3.weight and bias per layer
+  REQUIRE(keys.count("model.language_model.layers.35.self_attn.retention_gate.linear3.weight"));
+  REQUIRE(keys.at("model.language_model.layers.7.self_attn.retention_gate.linear1.weight").sizes() ==
+          at::IntArrayRef({512, 2560}));
+  const GatesFileInfo info = check_gates_file(pth, dir.path());
+  REQUIRE((info.kind == "dbtrimkv" && info.tied && info.n_layer == 36 && info.hidden_size == 2560 &&
+           info.n_kv_head == 8 && info.gate_hidden == 512));
+  REQUIRE(info.model_type == "qwen3_vl_text");
+  // Read back: the same numbers (tying restored from the repeated copies).
+  const RetentionGates back = load_gates(pth);
+  REQUIRE(back.config().is_tied());
+  const at::Tensor x = at::randn({3, 2560});
+  REQUIRE(at::equal(back.log_beta(20, x), gates.log_beta(20, x)));
+  // Another model's gates.
+  for (const auto& [layers, hidden, what] : {std::tuple<int64_t, int64_t, const char*>{35, 2560, "35"},
+                                             std::tuple<int64_t, int64_t, const char*>{36, 2048, "2048"}}) {
+    CAPTURE(layers, hidden);
+    const std::string bad = dir.file("bad.pth");
+    save_gates_pth(bad, RetentionGates::init(released_shape(layers, hidden, 16), 6), "model.language_model.");
+    REQUIRE_THROWS_WITH(check_gates_file(bad, dir.path()), Catch::Contains("bad.pth") && Catch::Contains(what));
+  }
+  REQUIRE_THROWS_WITH(check_gates_file(dir.file("config.json"), dir.path()), Catch::Contains("config.json"));
 }

@@ -150,6 +150,22 @@ void save_gates(const std::string& path, const RetentionGates& gates,
   write_safetensors_atomic(path, out, meta);
 }
 
+void save_gates_pth(const std::string& path, const RetentionGates& gates, const std::string& prefix) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const GateParameter& p : gates.named_tensors()) {
+    TRIMKV_ASSERT(p.name.rfind("model.", 0) == 0);
+    out.emplace_back(prefix + p.name.substr(6), p.tensor.to(at::kFloat));
+  }
+  write_torch_state_dict(path, out);
+}
+
+void save_gates_file(const std::string& path, const RetentionGates& gates, const std::string& pth_prefix,
+                     const std::map<std::string, std::string>& extra_metadata) {
+  const bool pth = path.size() >= 4 && path.compare(path.size() - 4, 4, ".pth") == 0;
+  if (pth) save_gates_pth(path, gates, pth_prefix);
+  else save_gates(path, gates, extra_metadata);
+}
+
 std::map<std::string, std::string> gates_file_metadata(const std::string& path) {
   if (starts_with_zip(path)) return {};
   return SafetensorsFile(path).metadata();

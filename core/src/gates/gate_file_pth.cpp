@@ -1,9 +1,14 @@
-// Import of torch.save'd state dicts (the reference's trimkv_weights.pth). The only translation
-// unit that includes a torch/csrc header: torch::jit::pickle_load reads the zip container
-// written by torch.save (LibTorch 1.13 and 2.x).
+// torch.save'd state dicts (the reference's trimkv_weights.pth), read and written. The only
+// translation unit that includes torch/csrc headers: torch::jit::pickle_load reads the zip
+// container torch.save writes; the Pickler and writeArchiveAndTensors write one (LibTorch 1.13
+// and 2.x have the same calls).
 #include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 
+#include <cstdio>
 #include <fstream>
 #include <iterator>
 
@@ -32,6 +37,34 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const std::string& path)
     out[entry.key().toStringRef()] = t.detach().to(at::kFloat).contiguous().clone();
   }
   return out;
+}
+
+void write_torch_state_dict(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& [name, t] : tensors) dict.insert(name, t.detach().contiguous());
+  // What torch::jit::pickle_save does, without the type tags it puts on dicts: torch.load's
+  // default (weights_only) unpickler refuses their global (torch.jit._pickle.restore_type_tag).
+  std::vector<char> pickle;
+  torch::jit::Pickler pickler([&pickle](const char* b, size_t n) { pickle.insert(pickle.end(), b, b + n); }, nullptr,
+                              nullptr, nullptr, nullptr, /*tag_aggregates=*/false);
+  pickler.protocol();
+  pickler.pushIValue(c10::IValue(dict));
+  pickler.stop();
+  std::vector<char> bytes;
+  caffe2::serialize::PyTorchStreamWriter writer([&bytes](const void* b, size_t n) {
+    bytes.insert(bytes.end(), static_cast<const char*>(b), static_cast<const char*>(b) + n);
+    return n;
+  });
+  torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+  writer.writeEndOfFile();
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    TRIMKV_CHECK(out.good(), Io, "cannot write '", tmp, "'");
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    TRIMKV_CHECK(out.good(), Io, "cannot write '", tmp, "' (disk full?)");
+  }
+  TRIMKV_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Io, "cannot move '", tmp, "' to '", path, "'");
 }
 
 }  // namespace trimkv

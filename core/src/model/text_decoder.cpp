@@ -48,7 +48,9 @@ std::vector<int64_t> shape_of(LayerTensor role, const TextConfig& c) {
   return {};
 }
 
-std::string find_root(const WeightStore& ws) {
+}  // namespace
+
+std::string text_weight_root(const WeightStore& ws) {
   for (const auto& root : kTextRoots)
     if (ws.contains(root + "embed_tokens.weight")) return root;
   TRIMKV_FAIL(Config, "checkpoint '", ws.source(),
@@ -56,11 +58,9 @@ std::string find_root(const WeightStore& ws) {
               "'model.language_model.', 'language_model.model.', 'model.text_model.' schemes)");
 }
 
-}  // namespace
-
 std::shared_ptr<TextDecoder> TextDecoder::load(const TextConfig& cfg, const TextFamily& family,
                                                const WeightStore& ws) {
-  const std::string root = find_root(ws);
+  const std::string root = text_weight_root(ws);
   DecoderWeights w;
   w.embed = ws.load({root + "embed_tokens.weight"}, {cfg.vocab_size, cfg.hidden_size});
   w.final_norm = ws.load({root + "norm.weight"}, {cfg.hidden_size});

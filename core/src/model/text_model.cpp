@@ -22,6 +22,7 @@ TextModel load_text_model(const std::string& dir) {
   m.weight_dtype = weights.dominant_dtype();
   m.weight_bytes = weights.total_bytes();
   m.decoder = TextDecoder::load(m.config, *m.family, weights);
+  m.weight_root = text_weight_root(weights);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {
     m.tokenizer = std::make_shared<Tokenizer>(Tokenizer::from_folder(dir));
     TRIMKV_CHECK(m.tokenizer->vocab_size() <= m.config.vocab_size, Config, "tokenizer '",

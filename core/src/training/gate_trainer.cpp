@@ -296,7 +296,8 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
         {"lambda", std::to_string(o.lambda)},
         {"model", fs::path(I.model->dir).filename().string()},
         {"data_fingerprint", I.data->fingerprint}};
-    save_gates(o.out_path, *I.gates, meta);
+    // A .pth is written in the authors' layout, under the model's own names for its decoder.
+    save_gates_file(o.out_path, *I.gates, I.model->weight_root.empty() ? "model." : I.model->weight_root, meta);
     result.out_path = o.out_path;
   }
   return result;

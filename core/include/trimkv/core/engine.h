@@ -50,6 +50,20 @@ struct EngineOptions {
   std::vector<TemplateVar> template_vars;
 };
 
+// A retention-gates file checked against a model's config.json alone (no weights needed: the
+// released gates' real shapes against a config-only folder).
+struct GatesFileInfo {
+  std::string path, config_path;
+  std::string kind;  // trimkv | dbtrimkv
+  bool tied = false;
+  int64_t n_layer = 0, n_kv_head = 0, hidden_size = 0, gate_hidden = 0, parameters = 0;
+  std::string model_type;  // of the config
+  int64_t model_layers = 0, model_hidden = 0, model_kv_heads = 0;
+};
+// Error{Config} naming the file and every mismatch (layers, hidden size, KV heads) when the gates
+// do not fit; Error{Format} / Error{Io} naming the file when it cannot be read.
+GatesFileInfo check_gates_file(const std::string& gates_path, const std::string& model_dir);
+
 class Engine {
  public:
   // Loads a checkpoint folder. Throws trimkv::Error naming the folder / file / field / tensor.

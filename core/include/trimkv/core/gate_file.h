@@ -14,6 +14,8 @@
 #pragma once
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "trimkv/core/model_config.h"
 #include "trimkv/core/retention_gates.h"
@@ -26,6 +28,16 @@ constexpr const char* kReferenceGatesFileName = "trimkv_weights.pth";
 // Writes `gates` (converted to float32) to `path` atomically (temp file + rename).
 void save_gates(const std::string& path, const RetentionGates& gates,
                 const std::map<std::string, std::string>& extra_metadata = {});
+
+// Writes `gates` as the authors' release does (trimkv_weights.pth: torch.save of a dict holding
+// every reference tensor, tied ones repeated under each layer, float32), the "model." of the
+// names replaced by `prefix` (Qwen-VL checkpoints: "model.language_model."). torch.load and
+// this program's load_gates read it back. Written to a temp file, then renamed.
+void save_gates_pth(const std::string& path, const RetentionGates& gates, const std::string& prefix = "model.");
+
+// save_gates_pth for a path ending in ".pth", save_gates otherwise (metadata only there).
+void save_gates_file(const std::string& path, const RetentionGates& gates, const std::string& pth_prefix,
+                     const std::map<std::string, std::string>& extra_metadata = {});
 
 // Loads a gates file (.safetensors ours, .pth the reference's; chosen by content, not by name).
 // Errors name the file: Io (missing), Format (neither format, missing / inconsistent tensors).
@@ -43,7 +55,9 @@ void check_gates_fit(const RetentionGates& gates, const TextConfig& model, const
 // trimkv_weights.pth; "" when it has neither.
 std::string find_gates_file(const std::string& model_dir);
 
-// Internal (gate_file_pth.cpp): the float32 tensors of a torch.save'd state dict, by key.
+// Internal (gate_file_pth.cpp): the float32 tensors of a torch.save'd state dict, by key; and a
+// dict of tensors written as torch.save does.
 std::map<std::string, at::Tensor> read_torch_state_dict(const std::string& path);
+void write_torch_state_dict(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
 
 }  // namespace trimkv

@@ -51,6 +51,11 @@ class EntryScorer {
   virtual at::Tensor log_beta(int64_t il, const at::Tensor& x_norm) const = 0;
 };
 
+// Where a checkpoint's text-decoder tensors live: "model." (plain LLMs, legacy VLM saves),
+// "model.language_model." (transformers v5 VLMs), "language_model.model.", "model.text_model."
+// (Idefics3), "". Error{Config} naming the folder when none holds a token embedding.
+std::string text_weight_root(const WeightStore& ws);
+
 // Features added to some positions' hidden states after the first decoder layers (Qwen3-VL's
 // deepstack: the vision tower's intermediate features on the image positions, prefill only).
 struct LayerInjection {

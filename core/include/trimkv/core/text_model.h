@@ -19,6 +19,7 @@ struct TextModel {
   std::shared_ptr<Tokenizer> tokenizer;  // null when the folder has no tokenizer.json
   DType weight_dtype = DType::F32;        // as stored in the files
   size_t weight_bytes = 0;                // as stored in the files
+  std::string weight_root;                // text_weight_root: e.g. "model.language_model." 
 };
 
 // Loads `dir` (config.json, safetensors, optional generation_config.json and tokenizer.json).
