@@ -15,7 +15,8 @@ Writes under tests/data/vlm/:
                       legacy names (visual.*, model.layers.*) and the processor's legacy
                       min_pixels / max_pixels keys; transformers loads it to the same logits
                       (checked here)
-  qwen3_vl/           Qwen3-VL: 3 text layers with q/k norm, interleaved sections [3, 3, 2]; tower
+  qwen3_vl/           Qwen3-VL (with random DBTrimKV gates in the authors' trimkv_weights.pth
+                      layout and the log beta their gate gives the conversation): 3 text layers with q/k norm, interleaved sections [3, 3, 2]; tower
                       depth 3 with patch 16, a 4x4 learned position table (every grid is
                       interpolated) and deepstack from blocks 0 and 1; the Qwen3-VL template
                       (no default system message); processor factor 32, mean = std = 0.5
@@ -106,6 +107,48 @@ def greedy(model, inputs):
                          eos_token_id=None, pad_token_id=0)
     n = inputs["input_ids"].shape[1]
     return out[0, n:].tolist()
+
+
+GATE_WIDTH = 24  # the release uses 512 (retention_gate_intermediate_size)
+
+
+def write_reference_gates(model, inputs, out: Path, tensors):
+    """Random DBTrimKV gates in the authors' released layout (trimkv_weights.pth: torch.save of
+    the state dict; keys model.language_model.layers.{l}.self_attn.retention_gate.*; linear3 and
+    bias tied: the same tensor repeated under every layer) and the log beta the authors' gate
+    (RetentionGate10) gives every position of the conversation: logsigmoid(linear3(silu(linear2(
+    silu(linear1(x))))) + bias), x = the layer's input_layernorm output (deepstack included)."""
+    torch.manual_seed(5)
+    text = model.config.text_config
+    d, h_kv, n_layer = text.hidden_size, text.num_key_value_heads, text.num_hidden_layers
+    w3 = torch.randn(h_kv, GATE_WIDTH) * 0.3
+    bias = torch.randn(h_kv) * 0.5 + 2.0
+    sd, layers = {}, []
+    for l in range(n_layer):
+        g = {"linear1.weight": torch.randn(GATE_WIDTH, d) * 0.3, "linear1.bias": torch.randn(GATE_WIDTH) * 0.1,
+             "linear2.weight": torch.randn(GATE_WIDTH, GATE_WIDTH) * 0.3, "linear2.bias": torch.randn(GATE_WIDTH) * 0.1,
+             "linear3.weight": w3, "bias": bias}
+        layers.append(g)
+        for k, v in g.items():
+            sd[f"model.language_model.layers.{l}.self_attn.retention_gate.{k}"] = v
+    torch.save(sd, out / "trimkv_weights.pth")
+    captured = {}
+    hooks = [layer.input_layernorm.register_forward_hook(
+        lambda mod, args, output, l=l: captured.__setitem__(l, output[0].detach()))
+        for l, layer in enumerate(model.model.language_model.layers)]
+    with torch.no_grad():
+        model(**inputs)
+    for hk in hooks:
+        hk.remove()
+    silu = torch.nn.functional.silu
+    log_beta = []
+    for l, g in enumerate(layers):
+        x = captured[l]
+        z = silu(x @ g["linear1.weight"].T + g["linear1.bias"])
+        z = silu(z @ g["linear2.weight"].T + g["linear2.bias"])
+        log_beta.append(torch.nn.functional.logsigmoid(z @ g["linear3.weight"].T + g["bias"]))
+    tensors["conversation.log_beta"] = torch.stack(log_beta).contiguous()  # [layers, n, H_kv]
+    return {"width": GATE_WIDTH, "layers": n_layer, "kv_heads": h_kv}
 
 
 def legacy_copy(src: Path, dst: Path):
@@ -245,6 +288,8 @@ def build(data: Path, kind, model_cls, seed, new_names=False):
         {"role": "user", "content": [txt("And this one: "), img(), txt(" Which is brighter?")]}]
     run("conversation_turn1", turn1, ["qwen_a.png"])
     inputs = run("conversation", conversation, ["qwen_a.png", "qwen_tall.png"], logits=True, generate=True)
+    if qwen3:
+        expected["gates"] = write_reference_gates(model, inputs, out, tensors)
     save_file(tensors, str(out / "expected.safetensors"))
     (out / "expected.json").write_text(json.dumps(expected, indent=1))
     print(f"  {kind}: {len(expected['cases'])} cases, conversation of {inputs['input_ids'].shape[1]} tokens")

@@ -10,6 +10,8 @@
 #include <map>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/gate_file.h"
+#include "trimkv/core/retention_gates.h"
 #include "trimkv/core/evictor.h"
 #include "trimkv/core/eviction_policy.h"
 #include "trimkv/core/kv_stats.h"
@@ -422,4 +424,31 @@ TEST_CASE("Qwen2-VL: checkpoints that contradict themselves are refused by name"
   Session s(model("qwen2_vl").text, model("qwen2_vl").encoder, {});
   s.add_user_turn(kTurn1);
   REQUIRE(s.awaiting_answer());
+}
+
+TEST_CASE("Qwen3-VL: the authors' released gate layout loads and scores every entry as their gate does",
+          "[qwen2vl][gates][oracle]") {
+  // tests/data/vlm/qwen3_vl/trimkv_weights.pth: torch.save'd by the oracle script in the release's
+  // layout (model.language_model.layers.{l}.self_attn.retention_gate.*, linear3/bias tied), with
+  // log β of RetentionGate10 on the layers' input_layernorm outputs (deepstack included).
+  const std::string dir = test::vlm_model("qwen3_vl");
+  REQUIRE(find_gates_file(dir) == dir + "/trimkv_weights.pth");
+  const RetentionGates gates = load_gates(dir + "/trimkv_weights.pth");
+  REQUIRE(gates.config().kind == GateKind::DBTrimKV);
+  REQUIRE(gates.config().is_tied());
+  REQUIRE((gates.config().n_layer == 3 && gates.config().gate_hidden == 24 && gates.config().n_kv_head == 2));
+  const VlmModel& m = model("qwen3_vl");
+  Session s(m.text, m.encoder, {});
+  s.set_eviction(nullptr, &gates);  // scores only: every entry kept with its log β
+  s.add_user_turn(kTurn1);
+  s.add_assistant_text(kAnswer);
+  s.add_user_turn(kTurn2);
+  const at::Tensor want = expected_tensor("qwen3_vl", "conversation.log_beta");  // [layers, n, H_kv]
+  REQUIRE(want.size(1) == static_cast<int64_t>(s.ids().size()));
+  double worst = 0;
+  for (int il = 0; il < 3; ++il)
+    for (int h = 0; h < 2; ++h)
+      for (const EntryMeta& e : s.cache().bookkeeping().entries(il, h))
+        worst = std::max(worst, std::abs(static_cast<double>(e.log_beta) - want[il][e.token_index][h].item<double>()));
+  REQUIRE(worst < 1e-5);
 }
