@@ -420,6 +420,12 @@ TEST_CASE("Qwen2-VL: checkpoints that contradict themselves are refused by name"
     edit_config(d, [](nlohmann::json& j) { j["image_token_id"] = 3; });
     REQUIRE_THROWS_WITH(load_vlm(d.path()), Catch::Contains("<|image_pad|>") && Catch::Contains("tokenizer"));
   }
+  {  // Qwen3-VL: deepstack from a block the tower does not have
+    test::ScratchDir d("qwen3-deepstack");
+    fs::copy(test::vlm_model("qwen3_vl"), d.path(), fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    edit_config(d, [](nlohmann::json& j) { j["vision_config"]["deepstack_visual_indexes"] = {0, 5}; });
+    REQUIRE_THROWS_WITH(load_vlm(d.path()), Catch::Contains("deepstack_visual_indexes") && Catch::Contains("0..2"));
+  }
   // The model loaded from the fixture folder still works after those failures.
   Session s(model("qwen2_vl").text, model("qwen2_vl").encoder, {});
   s.add_user_turn(kTurn1);
