@@ -309,4 +309,16 @@ TEST_CASE("Gates in the released Qwen3-VL-4B layout validate against its config 
     REQUIRE_THROWS_WITH(check_gates_file(bad, dir.path()), Catch::Contains("bad.pth") && Catch::Contains(what));
   }
   REQUIRE_THROWS_WITH(check_gates_file(dir.file("config.json"), dir.path()), Catch::Contains("config.json"));
+  // A release file with a key missing, or with a layer too many: refused naming the file.
+  const RetentionGates small = RetentionGates::init(released_shape(3, 64, 16), 7);
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (const GateParameter& p : small.named_tensors()) named.emplace_back("model.language_model." + p.name.substr(6), p.tensor);
+  auto without = named;
+  without.erase(without.begin() + 3);
+  write_torch_state_dict(dir.file("missing.pth"), without);
+  REQUIRE_THROWS_WITH(load_gates(dir.file("missing.pth")), Catch::Contains("missing.pth"));
+  auto extra = named;
+  extra.emplace_back("model.language_model.layers.7.self_attn.retention_gate.linear1.weight", at::zeros({16, 64}));
+  write_torch_state_dict(dir.file("extra.pth"), extra);
+  REQUIRE_THROWS_WITH(load_gates(dir.file("extra.pth")), Catch::Contains("extra.pth"));
 }
