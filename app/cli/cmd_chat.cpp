@@ -4,6 +4,9 @@
 #include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
+#include "answer_printer.h"
 #include "args.h"
 #include "commands.h"
 #include "policy_options.h"
@@ -80,6 +83,7 @@ int cmd_chat(int argc, char** argv, int first) {
   if (!engine->has_chat_template()) throw UsageError(engine->chat_template_problem());
   engine->set_system_prompt(args.get("system"));
   const ModelInfo info = engine->info();
+  const bool opens_thinking = engine->answers_open_thinking();  // answers start inside <think>
 
   std::cout << "trimkv chat: " << info.dir << " (" << info.family << ", " << info.parameters << " parameters"
             << (engine->takes_images() ? "" : ", text only") << "; template " << engine->chat_template_origin()
@@ -132,9 +136,10 @@ int cmd_chat(int argc, char** argv, int first) {
       std::vector<std::string> turn_images;
       turn_images.swap(images);  // a failed turn drops its images: attach them again
       engine->add_user_turn(line, turn_images, &g_chat_cancel);
+      AnswerPrinter printer(std::cout, opens_thinking, isatty(STDOUT_FILENO) != 0);
       const GenerationResult r =
-          engine->respond(params, [](const std::string& piece) { std::cout << piece << std::flush; },
-                          &g_chat_cancel);
+          engine->respond(params, [&printer](const std::string& piece) { printer.push(piece); }, &g_chat_cancel);
+      printer.finish();
       const vision::ConversationState st = engine->state();
       const int64_t steps = r.tokens.empty() ? 0 : static_cast<int64_t>(r.tokens.size()) - 1;
       std::cout << "\n";

@@ -1,5 +1,9 @@
 #include "conversation_view.h"
 
+#include <QRegularExpression>
+
+#include "trimkv/core/thinking.h"
+
 #include <QDesktopServices>
 #include <algorithm>
 #include <QFileInfo>
@@ -18,6 +22,7 @@ namespace {
 constexpr int kThumbSide = 96;
 const QString kEditScheme = QStringLiteral("edit");
 const QString kImageScheme = QStringLiteral("image");
+const QString kThinkingScheme = QStringLiteral("thinking");
 
 void insertMarkdown(QTextCursor& c, const QString& markdown) {
 #if QT_VERSION >= QT_VERSION_CHECK(6, 4, 0)
@@ -44,6 +49,24 @@ QUrl ConversationView::editLink(int userTurn) {
   return url;
 }
 
+QUrl ConversationView::thinkingLink(int index) {
+  QUrl url;
+  url.setScheme(kThinkingScheme);
+  url.setPath(QString::number(index));
+  return url;
+}
+
+void ConversationView::setAnswersOpenThinking(bool opens) {
+  m_opensThinking = opens;
+  render();
+}
+
+void ConversationView::toggleThinking(int index) {
+  if (index < 0 || index >= m_entries.size()) return;
+  m_entries[index].showThinking = !m_entries[index].showThinking;
+  render();
+}
+
 QUrl ConversationView::imageLink(const QString& path) {
   QUrl url;
   url.setScheme(kImageScheme);
@@ -58,6 +81,10 @@ void ConversationView::onAnchor(const QUrl& url) {
     bool ok = false;
     const int turn = url.path().toInt(&ok);
     if (ok && m_editing) Q_EMIT editRequested(turn);
+  } else if (url.scheme() == kThinkingScheme) {
+    bool ok = false;
+    const int index = url.path().toInt(&ok);
+    if (ok) toggleThinking(index);
   } else if (url.scheme() == kImageScheme) {
     Q_EMIT imageClicked(QUrlQuery(url).queryItemValue(QStringLiteral("path"), QUrl::FullyDecoded));
   } else {
@@ -212,6 +239,34 @@ void ConversationView::render() {
     }
     c.insertBlock(QTextBlockFormat(), QTextCharFormat());
     QString body = m.text;
+    if (m.role == Role::Assistant) {
+      // A thinking model's reasoning: a "Thinking" line that folds it, then the answer.
+      const trimkv::ThinkingSplit t = trimkv::split_thinking(m.text.toStdString(), m_opensThinking);
+      if (t.has_thinking) {
+        const bool open = m.showThinking || (m.streaming && !t.closed);
+        const QString thinking = QString::fromStdString(t.thinking);
+        QTextCharFormat link;
+        link.setAnchor(true);
+        link.setAnchorHref(thinkingLink(i).toString());
+        link.setForeground(quiet);
+        link.setToolTip(tr("The model's reasoning before its answer (its <think> block): click to %1")
+                            .arg(open ? tr("fold it") : tr("show it")));
+        const int words = static_cast<int>(thinking.split(QRegularExpression(QStringLiteral("\\s+")),
+                                                           Qt::SkipEmptyParts).size());
+        c.insertText((open ? QStringLiteral("▾ ") : QStringLiteral("▸ ")) +
+                         (t.closed ? tr("Thinking (%1 words)").arg(words) : tr("Thinking…")),
+                     link);
+        if (open && !thinking.isEmpty()) {
+          QTextCharFormat faint;
+          faint.setFontItalic(true);
+          faint.setForeground(quiet);
+          c.insertBlock(QTextBlockFormat(), faint);
+          c.insertText(thinking, faint);
+        }
+        c.insertBlock(QTextBlockFormat(), QTextCharFormat());
+        body = QString::fromStdString(t.answer);
+      }
+    }
     if (m.streaming) body += QStringLiteral(" ▌");
     if (m.role == Role::Assistant) {
       insertMarkdown(c, body.isEmpty() ? QStringLiteral("…") : body);

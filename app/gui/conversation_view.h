@@ -19,6 +19,7 @@ class ConversationView : public QTextBrowser {
     QStringList images;
     bool streaming = false;
     QString note;
+    bool showThinking = false;  // a thinking model's reasoning unfolded
   };
 
   explicit ConversationView(QWidget* parent = nullptr);
@@ -50,9 +51,17 @@ class ConversationView : public QTextBrowser {
   const QVector<Entry>& entries() const { return m_entries; }
   void setEntries(const QVector<Entry>& entries);
 
-  // The link an Edit action / a thumbnail carries.
+  // Thinking models (thinking.h): answers start inside a <think> block the template opened.
+  // Their reasoning is shown folded under a "Thinking" line (unfolded while it streams), apart
+  // from the answer (lastAnswer() keeps the whole text, as generated).
+  void setAnswersOpenThinking(bool opens);
+  // Unfolds / folds the reasoning of message `index` (of entries()), as its link does.
+  void toggleThinking(int index);
+
+  // The link an Edit action / a thumbnail / a Thinking line carries.
   static QUrl editLink(int userTurn);
   static QUrl imageLink(const QString& path);
+  static QUrl thinkingLink(int index);
 
  Q_SIGNALS:
   void editRequested(int userTurn);
@@ -64,4 +73,5 @@ class ConversationView : public QTextBrowser {
 
   QVector<Entry> m_entries;
   bool m_editing = true;
+  bool m_opensThinking = false;
 };

@@ -1096,6 +1096,7 @@ void MainWindow::showError(const QString& title, const QString& message) {
 void MainWindow::onModelLoaded(const ModelSummary& model) {
   m_model = model;
   m_hasModel = true;
+  m_conversation->setAnswersOpenThinking(model.opensThinking);
   if (m_persist) RecentModels::add(model.dir);
   const trimkv::ModelInfo& i = model.info;
   QString builtIn;

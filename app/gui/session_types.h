@@ -34,6 +34,7 @@ struct ModelSummary {
   trimkv::ModelInfo info;
   trimkv::vision::VisionInfo vision;
   QString chatTemplate;  // the file the chat template came from ("" when the folder has none)
+  bool opensThinking = false;  // answers start inside a <think> block (ChatEngine::answers_open_thinking)
   std::vector<trimkv::PolicyDescription> policies;  // every policy of the eviction engine
 };
 

@@ -78,6 +78,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   summary.info = m_engine->info();
   summary.vision = m_engine->vision_info();
   summary.chatTemplate = QString::fromStdString(m_engine->chat_template_origin());
+  summary.opensThinking = m_engine->answers_open_thinking();
   summary.policies = trimkv::describe_policies();
   // Keep the user's eviction choice across models when the new one accepts it.
   if (m_eviction.policy != "full") {

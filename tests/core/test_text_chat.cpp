@@ -12,6 +12,7 @@
 
 #include "test_util.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/thinking.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/text_model.h"
 #include "trimkv/core/text_turn_encoder.h"
@@ -204,4 +205,24 @@ TEST_CASE("bad chat templates give clear errors naming the file and line, in bou
   test::write_text(file, std::string(17u << 20, 'x'));
   const TextModel big = load_text_model(dir.path() + "/m");
   REQUIRE_THAT(make_text_turn_encoder(big, {})->chat_template_problem(), Catch::Contains(file));
+}
+
+TEST_CASE("split_thinking separates a thinking model's reasoning from its answer", "[chat][thinking]") {
+  using trimkv::split_thinking;
+  // Qwen3 Thinking: the generation prompt wrote "<think>\n"; the text starts inside the block.
+  auto s = split_thinking("The user greets me.\nI should greet back.\n</think>\n\nHello!", true);
+  REQUIRE((s.has_thinking && s.closed));
+  REQUIRE(s.thinking == "The user greets me.\nI should greet back.");
+  REQUIRE(s.answer == "Hello!");
+  // Still thinking (streaming): everything is reasoning so far.
+  s = split_thinking("Let me count the", true);
+  REQUIRE((s.has_thinking && !s.closed && s.thinking == "Let me count the" && s.answer.empty()));
+  // A model that writes the block itself (DeepSeek-R1 distills, Qwen3 with thinking on).
+  s = split_thinking("\n<think>\nshort\n</think>\n\n42", false);
+  REQUIRE((s.has_thinking && s.closed && s.thinking == "short" && s.answer == "42"));
+  // An empty block (Qwen3 with enable_thinking=false writes one), and no block at all.
+  s = split_thinking("<think>\n\n</think>\n\nYes.", false);
+  REQUIRE((s.has_thinking && s.thinking.empty() && s.answer == "Yes."));
+  s = split_thinking("Plain answer with </think> inside", false);
+  REQUIRE((!s.has_thinking && s.answer == "Plain answer with </think> inside"));
 }

@@ -1606,6 +1606,35 @@ class MainWindowTest : public QObject {
     QCOMPARE(static_cast<int>(w.lastFrame().state.images.size()), 1);
     QVERIFY(QFileInfo(out.filePath(QStringLiteral("shot.png"))).size() > 0);
   }
+  void aThinkingModelsReasoningIsFoldedApartFromItsAnswer() {
+    ConversationView view;
+    view.resize(500, 400);
+    view.setAnswersOpenThinking(true);  // the template's generation prompt wrote <think>
+    view.addUserMessage(QStringLiteral("How many circles?"), {});
+    view.beginAnswer();
+    view.appendToAnswer(QStringLiteral("I count them one by one"));
+    // While it thinks, the reasoning shows under "Thinking…".
+    QVERIFY(view.toPlainText().contains(QStringLiteral("Thinking…")));
+    QVERIFY(view.toPlainText().contains(QStringLiteral("I count them one by one")));
+    view.appendToAnswer(QStringLiteral(".\n</think>\n\nThere are **two**."));
+    view.finishAnswer(QString());
+    // Answered: the reasoning folds under its line; the answer stands alone (Markdown).
+    const QString folded = view.toPlainText();
+    QVERIFY2(folded.contains(QStringLiteral("▸ Thinking (6 words)")), qPrintable(folded));
+    QVERIFY(!folded.contains(QStringLiteral("one by one")));
+    QVERIFY(folded.contains(QStringLiteral("There are two.")));
+    QVERIFY(!folded.contains(QStringLiteral("</think>")));
+    QCOMPARE(view.lastAnswer(), QStringLiteral("I count them one by one.\n</think>\n\nThere are **two**."));
+    // Its link unfolds it, and folds it again.
+    view.toggleThinking(1);
+    QVERIFY(view.toPlainText().contains(QStringLiteral("▾ Thinking (6 words)")));
+    QVERIFY(view.toPlainText().contains(QStringLiteral("I count them one by one.")));
+    view.toggleThinking(1);
+    QVERIFY(!view.toPlainText().contains(QStringLiteral("one by one")));
+    // A model without thinking: its text is the answer.
+    view.setAnswersOpenThinking(false);
+    QVERIFY(!view.toPlainText().contains(QStringLiteral("Thinking")));
+  }
 };
 
 QTEST_MAIN(MainWindowTest)

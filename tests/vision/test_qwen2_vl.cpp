@@ -18,6 +18,7 @@
 #include "trimkv/core/session.h"
 #include "trimkv/core/text_decoder.h"
 #include "trimkv/core/weight_store.h"
+#include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/qwen2_vl.h"
 #include "trimkv/vision/qwen2_vl_processor.h"
 #include "trimkv/vision/vlm.h"
@@ -457,4 +458,19 @@ TEST_CASE("Qwen3-VL: the authors' released gate layout loads and scores every en
       for (const EntryMeta& e : s.cache().bookkeeping().entries(il, h))
         worst = std::max(worst, std::abs(static_cast<double>(e.log_beta) - want[il][e.token_index][h].item<double>()));
   REQUIRE(worst < 1e-5);
+}
+
+TEST_CASE("Qwen3-VL Thinking: a template whose generation prompt opens <think> is recognised", "[qwen2vl][thinking]") {
+  namespace fs = std::filesystem;
+  REQUIRE_FALSE(ChatEngine::load(test::vlm_model("qwen3_vl"))->answers_open_thinking());  // Instruct
+  // The Thinking variant's template differs by the "<think>\n" its generation prompt writes.
+  test::ScratchDir d("qwen3-thinking");
+  fs::copy(test::vlm_model("qwen3_vl"), d.path(), fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  std::string t = test::read_bytes(d.file("chat_template.jinja"));
+  const std::string prompt = "{{- '<|im_start|>assistant\\n' }}";
+  const size_t at = t.rfind(prompt);
+  REQUIRE(at != std::string::npos);
+  t.replace(at, prompt.size(), "{{- '<|im_start|>assistant\\n<think>\\n' }}");
+  test::write_text(d.file("chat_template.jinja"), t);
+  REQUIRE(ChatEngine::load(d.path())->answers_open_thinking());
 }

@@ -163,6 +163,21 @@ GenerationResult ChatEngine::respond_then_give(const std::string& given, const G
 
 void ChatEngine::reset() { m_impl->session->reset(); }
 
+bool ChatEngine::answers_open_thinking() const {
+  const Tokenizer* tok = m_impl->model->text.tokenizer.get();
+  if (!tok || !has_chat_template()) return false;
+  try {  // a probe turn through the template: does its generation prompt end with <think>?
+    std::vector<ImageRecord> images;
+    const StreamSegment seg =
+        m_impl->session->encoder().user_turn({}, {ContentPart::text_part("hi")}, 0, images, nullptr);
+    std::string tail = tok->decode(seg.ids);
+    while (!tail.empty() && (tail.back() == '\n' || tail.back() == ' ')) tail.pop_back();
+    return tail.size() >= 7 && tail.compare(tail.size() - 7, 7, "<think>") == 0;
+  } catch (const Error&) {
+    return false;  // a template that cannot render a probe turn: no thinking to show
+  }
+}
+
 void ChatEngine::set_system_prompt(const std::string& text) { m_impl->session->set_system_prompt(text); }
 
 const std::string& ChatEngine::system_prompt() const { return m_impl->session->system_prompt(); }

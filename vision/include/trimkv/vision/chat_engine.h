@@ -59,6 +59,9 @@ class ChatEngine {
   bool takes_images() const { return vision_info().takes_images(); }
   bool has_chat_template() const;
   std::string chat_template_origin() const;  // the file it came from ("" when none)
+  // Whether the chat template's generation prompt opens a thinking block ("<think>", Qwen3 /
+  // Qwen3-VL Thinking): answers then start inside it (split_thinking's opened_by_prompt).
+  bool answers_open_thinking() const;
   // Why conversations cannot be rendered ("" when they can): the folder has no chat template, or
   // its template does not parse (the message names the file, line and column). Raw prompts work.
   std::string chat_template_problem() const;
