@@ -20,6 +20,7 @@
 #include "trimkv/core/weight_store.h"
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/qwen2_vl.h"
+#include "trimkv/vision/train_gates_vlm.h"
 #include "trimkv/vision/qwen2_vl_processor.h"
 #include "trimkv/vision/vlm.h"
 #include "vision_test_util.h"
@@ -473,4 +474,12 @@ TEST_CASE("Qwen3-VL Thinking: a template whose generation prompt opens <think> i
   t.replace(at, prompt.size(), "{{- '<|im_start|>assistant\\n<think>\\n' }}");
   test::write_text(d.file("chat_template.jinja"), t);
   REQUIRE(ChatEngine::load(d.path())->answers_open_thinking());
+}
+
+TEST_CASE("Qwen-VL: gate training, which lacks M-RoPE and deepstack, is refused by name", "[qwen2vl][errors]") {
+  TrainOptions o;
+  o.model_dir = test::vlm_model("qwen2_5_vl");
+  o.data_path = test::vlm_model("qwen2_5_vl") + "/none.jsonl";
+  o.out_path = "/tmp/never-written.safetensors";
+  REQUIRE_THROWS_WITH(train_gates_vlm(o), Catch::Contains("qwen2_vl") && Catch::Contains("not supported yet"));
 }

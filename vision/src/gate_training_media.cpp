@@ -118,6 +118,12 @@ TrainResult train_gates_vlm(const TrainOptions& options, const std::function<voi
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
   if (options.threads > 0) at::set_num_threads(options.threads);
   const std::shared_ptr<const VlmModel> model = load_vlm(options.model_dir);
+  // The training forward is the dense path with one-axis positions and no deepstack: not what
+  // an M-RoPE model (the Qwen-VL line) computes on images. Refused rather than trained wrong.
+  TRIMKV_CHECK(!model->text.config.rope.multimodal(), Unsupported, "train-gates on '", options.model_dir,
+               "': gate training is not supported yet for ", model->info.family,
+               " checkpoints (the training forward has no multimodal RoPE positions or deepstack); "
+               "use gates trained elsewhere (e.g. the authors' trimkv_weights.pth)");
   const VlmSampleEncoder media(model);
   return train_gates_on(model->text, &media, options, on_warning, on_setup, on_progress, cancel);
 }
