@@ -8,30 +8,29 @@
 #include <QLocale>
 #include <QPushButton>
 #include <QTreeWidget>
-#include <QFile>
-#include <QJsonDocument>
-#include <QJsonObject>
 #include <QVBoxLayout>
 
 #include "recent_models.h"
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/hf_cache.h"
+#include "trimkv/core/model_config.h"
 #include "trimkv/vision/chat_engine.h"
 
 namespace {
 
-// The family of a folder's checkpoint ("" when config.json says nothing this program runs).
-QString familyOfFolder(const QString& dir, QString& problem) {
-  QFile f(QDir(dir).filePath(QStringLiteral("config.json")));
-  const QJsonObject j = f.open(QIODevice::ReadOnly) ? QJsonDocument::fromJson(f.readAll()).object() : QJsonObject();
-  const QString type = j.value(QStringLiteral("model_type")).toString();
-  if (type.isEmpty()) {
+// The family that runs `model_type` ("" with the reason in `problem` when none does).
+QString familyOf(const std::string& model_type, QString& problem) {
+  if (model_type.empty()) {
     problem = QObject::tr("no readable config.json with a model_type");
     return {};
   }
-  const QString family = QString::fromStdString(trimkv::vision::ChatEngine::family_for_model_type(type.toStdString()));
-  if (family.isEmpty()) problem = QObject::tr("model_type '%1' is not supported").arg(type);
+  const QString family = QString::fromStdString(trimkv::vision::ChatEngine::family_for_model_type(model_type));
+  if (family.isEmpty()) problem = QObject::tr("model_type '%1' is not supported").arg(QString::fromStdString(model_type));
   return family;
+}
+
+QString familyOfFolder(const QString& dir, QString& problem) {
+  return familyOf(trimkv::checkpoint_model_type(dir.toStdString()), problem);
 }
 
 QString sizeText(qint64 bytes) {
@@ -59,10 +58,7 @@ std::vector<ModelChoice> listModelChoices() {
     c.dir = QString::fromStdString(r.dir);
     c.bytes = r.dir.empty() ? -1 : static_cast<qint64>(r.bytes);
     c.problem = QString::fromStdString(r.problem);
-    if (c.problem.isEmpty()) {
-      c.family = QString::fromStdString(trimkv::vision::ChatEngine::family_for_model_type(r.model_type));
-      if (c.family.isEmpty()) c.problem = QObject::tr("model_type '%1' is not supported").arg(QString::fromStdString(r.model_type));
-    }
+    if (c.problem.isEmpty()) c.family = familyOf(r.model_type, c.problem);
     out.push_back(c);
   }
   for (const QString& dir : RecentModels::load()) {

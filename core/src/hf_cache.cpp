@@ -4,9 +4,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/model_config.h"
 
 namespace trimkv {
 
@@ -71,12 +71,8 @@ std::vector<CachedRepo> list_cached_repos() {
     }
     for (const fs::directory_entry& f : fs::recursive_directory_iterator(r.dir, ec))
       if (f.is_regular_file(ec)) r.bytes += f.file_size(ec);  // follows the snapshot's links
-    std::ifstream in(fs::path(r.dir) / "config.json");
-    const nlohmann::json j = in.good() ? nlohmann::json::parse(in, nullptr, false) : nlohmann::json();
-    if (j.is_object() && j.contains("model_type") && j["model_type"].is_string())
-      r.model_type = j["model_type"].get<std::string>();
-    else
-      r.problem = "no readable config.json with a model_type in '" + r.dir + "'";
+    r.model_type = checkpoint_model_type(r.dir);
+    if (r.model_type.empty()) r.problem = "no readable config.json with a model_type in '" + r.dir + "'";
     out.push_back(std::move(r));
   }
   std::sort(out.begin(), out.end(), [](const CachedRepo& a, const CachedRepo& b) { return a.repo_id < b.repo_id; });

@@ -118,6 +118,14 @@ void parse_rope(const Fields& f, RopeConfig& rope) {
 
 }  // namespace
 
+std::string checkpoint_model_type(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "config.json");
+  if (!in.good()) return "";
+  const json j = json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return "";
+  return j["model_type"].get<std::string>();
+}
+
 TextConfig load_text_config(const std::string& config_path) {
   const json top = read_json(config_path);
   static const json kEmpty = json::object();

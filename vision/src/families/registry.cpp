@@ -21,15 +21,6 @@ const VlmFamily* find_family(const std::string& model_type) {
 }
 }  // namespace
 
-std::string checkpoint_model_type(const std::string& dir) {
-  const auto path = std::filesystem::path(dir) / "config.json";
-  std::ifstream in(path);
-  if (!in.good()) return "";
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return "";
-  return j["model_type"].get<std::string>();
-}
-
 std::vector<std::string> supported_vlm_model_types() {
   std::vector<std::string> out;
   for (const VlmFamily* f : all_families()) out.insert(out.end(), f->model_types.begin(), f->model_types.end());

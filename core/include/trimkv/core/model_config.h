@@ -54,6 +54,10 @@ struct TextConfig {
   std::string torch_dtype;
 };
 
+// The model_type of <dir>/config.json ("" when the folder, the file or the field is missing or
+// unreadable).
+std::string checkpoint_model_type(const std::string& dir);
+
 // Parses `config_path` (a config.json); fields it leaves out take the defaults of the decoder
 // family its model_type names (text_family.h), the generic ones for a type no family serves.
 // Errors name the file and the field (an mrope_section that does not sum to head_dim / 2 too).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "trimkv/core/chat_template.h"
+#include "trimkv/core/model_config.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/text_model.h"
 #include "trimkv/vision/vlm_info.h"
@@ -27,8 +28,6 @@ struct VlmFamily {
   std::shared_ptr<VlmModel> (*load)(const std::string& dir, const std::vector<TemplateVar>& template_vars);
 };
 
-// The model_type of <dir>/config.json ("" when the folder or field is missing).
-std::string checkpoint_model_type(const std::string& dir);
 // Whether <dir> holds a checkpoint of a registered VLM family.
 bool is_vlm_checkpoint(const std::string& dir);
 // Loads a VLM checkpoint. Error{Unsupported} naming the model_type and every VLM type known when
