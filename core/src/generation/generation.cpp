@@ -53,10 +53,9 @@ TextRunner::TextRunner(const TextModel& model, KvCache& cache, int prefill_chunk
                    g.head_dim == want.head_dim,
                Input, "KV cache geometry does not match model '", model.dir, "'");
   m_n_tokens = static_cast<int64_t>(cache.bookkeeping().n_tokens());
-  // A stream already in the cache continues after its tokens' rotary positions (their time axis:
-  // exact for text; the Session starts multimodal streams on an empty cache).
-  for (const TokenInfo& t : cache.bookkeeping().tokens())
-    m_next_position = std::max<int64_t>(m_next_position, t.rope_position + 1);
+  // A text stream already in the cache continues at its length (the Session starts multimodal
+  // streams on an empty cache).
+  m_next_position = m_n_tokens;
 }
 
 void TextRunner::set_eviction(Evictor* evictor, const EntryScorer* scorer) {

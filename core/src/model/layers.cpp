@@ -12,10 +12,7 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return weight * (x * at::rsqrt(var + eps));
 }
 
-namespace {
-
-// inv_freq[i] = theta^(-2i/d), float32, adjusted per rope type (as transformers' rope init).
-at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
+at::Tensor rope_inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
   at::Tensor exponent = at::arange(0, head_dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(head_dim);
   at::Tensor inv_freq = 1.0 / at::pow(rope.theta, exponent);
   if (rope.type == "linear") {
@@ -36,10 +33,9 @@ at::Tensor inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
   return inv_freq;
 }
 
-}  // namespace
 
 RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tensor& positions) {
-  at::Tensor inv_freq = inverse_frequencies(rope, head_dim);  // [hd/2]
+  at::Tensor inv_freq = rope_inverse_frequencies(rope, head_dim);  // [hd/2]
   at::Tensor freqs;                                           // [n, hd/2]
   if (positions.dim() == 1) {
     freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);

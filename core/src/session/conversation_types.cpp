@@ -29,6 +29,14 @@ std::string expand_image_placeholders(const std::string& text, const std::vector
   return out + text.substr(at);
 }
 
+void check_no_image_markers(const std::vector<ContentPart>& content, const std::vector<std::string>& markers) {
+  for (const ContentPart& part : content)
+    for (const std::string& marker : markers)
+      TRIMKV_CHECK(part.kind != ContentPart::Kind::Text || part.text.find(marker) == std::string::npos, Input,
+                   "a text part holds the image marker ", marker,
+                   " but no image fills it (give the image as its own part)");
+}
+
 std::vector<ContentPart> content_from_prompt(const std::string& text,
                                              const std::vector<std::string>& images) {
   const std::string marker = kImagePlaceholder;

@@ -44,16 +44,6 @@ const std::vector<VitTensorSpec> kLayerTable = {
     {VitTensor::fc2_w, "mlp.fc2.weight"},         {VitTensor::fc2_b, "mlp.fc2.bias"},
 };
 
-int64_t int_field(const json& j, const char* key, int64_t fallback, const std::string& path,
-                  const char* section) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  TRIMKV_CHECK(j[key].is_number_integer(), Config, "'", path, "': field '", section, key,
-               "' must be an integer, got ", j[key].dump());
-  const int64_t v = j[key].get<int64_t>();
-  TRIMKV_CHECK(v > 0, Config, "'", path, "': field '", section, key, "' must be positive, got ", v);
-  return v;
-}
-
 }  // namespace
 
 namespace {
@@ -73,13 +63,13 @@ class Idefics3Encoder final : public TextTurnEncoder {
                           int first_image_id, std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
                           const ImageTokenReducer& reduce) const override {
     TRIMKV_CHECK(!content.empty(), Input, "an empty user message");
-    check_text_parts(content);
+    check_no_image_markers(content, {kImagePlaceholder});
     return encode_content(format().user_text(history, content), content, first_image_id, images, cancel, reduce);
   }
   StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
                            std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
                            const ImageTokenReducer& reduce) const override {
-    check_text_parts(content);
+    check_no_image_markers(content, {kImagePlaceholder});
     std::string text;
     for (const ContentPart& part : content) text += part.kind == ContentPart::Kind::Text ? part.text : kImagePlaceholder;
     return encode_content(text, content, first_image_id, images, cancel, reduce, true);
@@ -89,13 +79,6 @@ class Idefics3Encoder final : public TextTurnEncoder {
   std::shared_ptr<TextTurnEncoder> clone() const override { return std::make_shared<Idefics3Encoder>(*this); }
 
  private:
-  static void check_text_parts(const std::vector<ContentPart>& content) {
-    for (const ContentPart& part : content)
-      TRIMKV_CHECK(part.kind != ContentPart::Kind::Text || part.text.find(kImagePlaceholder) == std::string::npos,
-                   Input, "a text part holds an ", kImagePlaceholder,
-                   " placeholder but no image fills it (give the image as its own part)");
-  }
-
   // `text` holds one kImagePlaceholder per image part of `content`, in order: each becomes the
   // image's expanded prompt (tile markers and image tokens). Raw prompts keep the tokenizer's
   // special tokens (as the processor does on plain text); rendered template text adds none.
@@ -317,19 +300,18 @@ Idefics3Config Idefics3Config::from_file(const std::string& path) {
   const json top = read_json_object(path);
   Idefics3Config c;
   try {
-    static const json kEmpty = json::object();
-    const json& v = top.contains("vision_config") && top["vision_config"].is_object() ? top["vision_config"] : kEmpty;
+    const json& v = json_section(top, "vision_config");
     const char* vs = "vision_config.";
-    c.vision.hidden_size = int_field(v, "hidden_size", 1152, path, vs);
-    c.vision.intermediate_size = int_field(v, "intermediate_size", 3072, path, vs);
-    c.vision.n_layer = int_field(v, "num_hidden_layers", 12, path, vs);
-    c.vision.n_head = int_field(v, "num_attention_heads", 16, path, vs);
-    c.vision.n_channels = int_field(v, "num_channels", 3, path, vs);
-    c.vision.image_size = int_field(v, "image_size", 224, path, vs);
-    c.vision.patch_size = int_field(v, "patch_size", 32, path, vs);
+    c.vision.hidden_size = read_positive_int(v, "hidden_size", 1152, path, vs);
+    c.vision.intermediate_size = read_positive_int(v, "intermediate_size", 3072, path, vs);
+    c.vision.n_layer = read_positive_int(v, "num_hidden_layers", 12, path, vs);
+    c.vision.n_head = read_positive_int(v, "num_attention_heads", 16, path, vs);
+    c.vision.n_channels = read_positive_int(v, "num_channels", 3, path, vs);
+    c.vision.image_size = read_positive_int(v, "image_size", 224, path, vs);
+    c.vision.patch_size = read_positive_int(v, "patch_size", 32, path, vs);
     if (v.contains("layer_norm_eps")) c.vision.layer_norm_eps = v["layer_norm_eps"].get<double>();
     if (v.contains("hidden_act")) c.vision.hidden_act = v["hidden_act"].get<std::string>();
-    c.scale_factor = int_field(top, "scale_factor", 2, path, "");
+    c.scale_factor = read_positive_int(top, "scale_factor", 2, path, "");
     TRIMKV_CHECK(top.contains("image_token_id") && top["image_token_id"].is_number_integer(), Config, "'",
                  path, "' lacks an integer 'image_token_id'");
     c.image_token_id = top["image_token_id"].get<int32_t>();

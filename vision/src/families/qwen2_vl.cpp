@@ -52,18 +52,10 @@ struct MergerNames {
 const MergerNames kQwen2Merger = {"ln_q", "mlp.0", "mlp.2"};
 const MergerNames kQwen3Merger = {"norm", "linear_fc1", "linear_fc2"};
 
-const json& section(const json& top, const char* key) {
-  static const json kEmpty = json::object();
-  return top.contains(key) && top[key].is_object() ? top[key] : kEmpty;
-}
-
-int64_t int_field(const json& j, std::initializer_list<const char*> keys, int64_t fallback, const std::string& path) {
-  for (const char* key : keys) {
-    if (!j.contains(key) || j[key].is_null()) continue;
-    TRIMKV_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() > 0, Config, "'", path,
-                 "': field 'vision_config.", key, "' must be a positive integer, got ", j[key].dump());
-    return j[key].get<int64_t>();
-  }
+// The first of `keys` (a field and its aliases) present under vision_config, as a positive int.
+int64_t vision_int(const json& j, std::initializer_list<const char*> keys, int64_t fallback, const std::string& path) {
+  for (const char* key : keys)
+    if (j.contains(key) && !j[key].is_null()) return read_positive_int(j, key, fallback, path, "vision_config.");
   return fallback;
 }
 
@@ -93,6 +85,24 @@ at::Tensor layer_norm_or_rms(const at::Tensor& x, const at::Tensor& w, const at:
   return rms_norm(x, w, 1e-6);
 }
 
+// The patch-grid (row, column) of each of the processor's rows: merge blocks row-major, the
+// merge x merge patches of a block row-major inside it.
+struct PatchCoordinates {
+  std::vector<int64_t> row, col;
+};
+PatchCoordinates merge_block_coordinates(int64_t grid_h, int64_t grid_w, int64_t merge) {
+  const int64_t s = grid_h * grid_w, bcols = grid_w / merge, m2 = merge * merge;
+  PatchCoordinates c;
+  c.row.resize(static_cast<size_t>(s));
+  c.col.resize(static_cast<size_t>(s));
+  for (int64_t p = 0; p < s; ++p) {
+    const int64_t unit = p / m2, in = p % m2;
+    c.row[static_cast<size_t>(p)] = (unit / bcols) * merge + in / merge;
+    c.col[static_cast<size_t>(p)] = (unit % bcols) * merge + in % merge;
+  }
+  return c;
+}
+
 // A merger over a block's output x [S, E]: its norm before or after the merge blocks' m^2 rows
 // are put side by side, then Linear, GELU (erf), Linear -> [units, H].
 at::Tensor merge(const QwenVisionTower::Merger& m, const at::Tensor& x, int64_t units) {
@@ -116,38 +126,38 @@ Qwen2VlConfig Qwen2VlConfig::from_file(const std::string& path) {
   QwenVisionConfig& v = c.vision;
   const std::string type = top.value("model_type", std::string());
   v.kind = type == "qwen2_5_vl" ? QwenVisionKind::Qwen2_5 : type == "qwen3_vl" ? QwenVisionKind::Qwen3 : QwenVisionKind::Qwen2;
-  const json& j = section(top, "vision_config");
+  const json& j = json_section(top, "vision_config");
   try {
-    v.depth = int_field(j, {"depth", "num_hidden_layers"}, v.kind == QwenVisionKind::Qwen3 ? 27 : 32, path);
-    v.n_head = int_field(j, {"num_heads", "num_attention_heads"}, 16, path);
-    v.in_channels = int_field(j, {"in_channels"}, 3, path);
-    v.patch_size = int_field(j, {"patch_size"}, v.kind == QwenVisionKind::Qwen3 ? 16 : 14, path);
-    v.temporal_patch_size = int_field(j, {"temporal_patch_size"}, 2, path);
-    v.merge_size = int_field(j, {"spatial_merge_size"}, 2, path);
+    v.depth = vision_int(j, {"depth", "num_hidden_layers"}, v.kind == QwenVisionKind::Qwen3 ? 27 : 32, path);
+    v.n_head = vision_int(j, {"num_heads", "num_attention_heads"}, 16, path);
+    v.in_channels = vision_int(j, {"in_channels"}, 3, path);
+    v.patch_size = vision_int(j, {"patch_size"}, v.kind == QwenVisionKind::Qwen3 ? 16 : 14, path);
+    v.temporal_patch_size = vision_int(j, {"temporal_patch_size"}, 2, path);
+    v.merge_size = vision_int(j, {"spatial_merge_size"}, 2, path);
     if (v.kind == QwenVisionKind::Qwen2) {
-      v.width = int_field(j, {"embed_dim"}, 1280, path);
-      v.mlp_hidden = v.width * int_field(j, {"mlp_ratio"}, 4, path);
-      v.out_hidden = int_field(j, {"hidden_size"}, 3584, path);
+      v.width = vision_int(j, {"embed_dim"}, 1280, path);
+      v.mlp_hidden = v.width * vision_int(j, {"mlp_ratio"}, 4, path);
+      v.out_hidden = vision_int(j, {"hidden_size"}, 3584, path);
       v.hidden_act = j.value("hidden_act", std::string("quick_gelu"));
     } else if (v.kind == QwenVisionKind::Qwen2_5) {
-      v.width = int_field(j, {"hidden_size"}, 3584, path);
-      v.mlp_hidden = int_field(j, {"intermediate_size"}, 3420, path);
-      v.out_hidden = int_field(j, {"out_hidden_size"}, 3584, path);
+      v.width = vision_int(j, {"hidden_size"}, 3584, path);
+      v.mlp_hidden = vision_int(j, {"intermediate_size"}, 3420, path);
+      v.out_hidden = vision_int(j, {"out_hidden_size"}, 3584, path);
       v.hidden_act = j.value("hidden_act", std::string("silu"));
-      v.window_size = int_field(j, {"window_size"}, 112, path);
+      v.window_size = vision_int(j, {"window_size"}, 112, path);
       v.fullatt_block_indexes = block_list(j, "fullatt_block_indexes", {7, 15, 23, 31}, v.depth, path);
     } else {
-      v.width = int_field(j, {"hidden_size"}, 1152, path);
-      v.mlp_hidden = int_field(j, {"intermediate_size"}, 4304, path);
-      v.out_hidden = int_field(j, {"out_hidden_size"}, 3584, path);
+      v.width = vision_int(j, {"hidden_size"}, 1152, path);
+      v.mlp_hidden = vision_int(j, {"intermediate_size"}, 4304, path);
+      v.out_hidden = vision_int(j, {"out_hidden_size"}, 3584, path);
       v.hidden_act = j.value("hidden_act", std::string("gelu_pytorch_tanh"));
-      v.num_position_embeddings = int_field(j, {"num_position_embeddings"}, 2304, path);
+      v.num_position_embeddings = vision_int(j, {"num_position_embeddings"}, 2304, path);
       v.deepstack_visual_indexes = block_list(j, "deepstack_visual_indexes", {8, 16, 24}, v.depth, path);
       const auto side = static_cast<int64_t>(std::llround(std::sqrt(static_cast<double>(v.num_position_embeddings))));
       TRIMKV_CHECK(side * side == v.num_position_embeddings, Config, "'", path,
                    "': vision_config.num_position_embeddings ", v.num_position_embeddings, " is not a square");
     }
-    const json& rope = section(j, "rope_parameters");
+    const json& rope = json_section(j, "rope_parameters");
     if (rope.contains("rope_theta")) v.rope_theta = rope["rope_theta"].get<double>();
     c.image_token_id = token_field(top, "image_token_id", c.image_token_id, path);
     c.video_token_id = token_field(top, "video_token_id", c.video_token_id, path);
@@ -294,16 +304,15 @@ at::Tensor qwen3_vl_position_embeddings(const at::Tensor& table, int64_t grid_h,
       weight[k] = std::max(0.0f, 1.0f - std::fabs(src - lo - static_cast<float>(k)));
     }
   };
-  const int64_t s = grid_h * grid_w, bcols = grid_w / merge, m2 = merge * merge;
+  const int64_t s = grid_h * grid_w;
+  const PatchCoordinates cell = merge_block_coordinates(grid_h, grid_w, merge);  // the processor's row order
   std::vector<int64_t> index(static_cast<size_t>(4 * s));
   std::vector<float> weight(static_cast<size_t>(4 * s));
-  for (int64_t p = 0; p < s; ++p) {  // the processor's row order: merge blocks, then rows in them
-    const int64_t unit = p / m2, in = p % m2;
-    const int64_t row = (unit / bcols) * merge + in / merge, col = (unit % bcols) * merge + in % merge;
+  for (int64_t p = 0; p < s; ++p) {
     int64_t th[2], tw[2];
     float wh[2], ww[2];
-    taps(row, grid_h, th, wh);
-    taps(col, grid_w, tw, ww);
+    taps(cell.row[static_cast<size_t>(p)], grid_h, th, wh);
+    taps(cell.col[static_cast<size_t>(p)], grid_w, tw, ww);
     for (int a = 0; a < 2; ++a)
       for (int b = 0; b < 2; ++b) {
         index[static_cast<size_t>(4 * p + 2 * a + b)] = th[a] * side + tw[b];
@@ -342,18 +351,14 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
     for (int64_t k = 0; k < m2; ++k) row_order.push_back(u * m2 + k);
   const at::Tensor perm = at::tensor(row_order, at::kLong);
 
-  // 2D rotary: a patch's (row, col) in the patch grid; angles cat(h·inv, w·inv) twice.
-  std::vector<int64_t> hpos(static_cast<size_t>(s)), wpos(static_cast<size_t>(s));
-  const int64_t bcols = grid_w / m;
-  for (int64_t i = 0; i < s; ++i) {
-    const int64_t unit = i / m2, in = i % m2;
-    hpos[i] = (unit / bcols) * m + in / m;
-    wpos[i] = (unit % bcols) * m + in % m;
-  }
-  const at::Tensor inv = 1.0 / at::pow(c.rope_theta, at::arange(0, hd / 2, 2, at::kLong).to(at::kFloat) /
-                                                         static_cast<double>(hd / 2));  // [hd/4]
-  const at::Tensor fh = at::tensor(hpos, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
-  const at::Tensor fw = at::tensor(wpos, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  // 2D rotary: a patch's (row, col) in the patch grid, each over half the head width (the text
+  // decoder's default inverse frequencies at dim hd / 2); angles cat(h·inv, w·inv) twice.
+  const PatchCoordinates pos = merge_block_coordinates(grid_h, grid_w, m);
+  RopeConfig axial;
+  axial.theta = c.rope_theta;
+  const at::Tensor inv = rope_inverse_frequencies(axial, hd / 2);  // [hd/4]
+  const at::Tensor fh = at::tensor(pos.row, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
+  const at::Tensor fw = at::tensor(pos.col, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
   const at::Tensor angles = at::cat({fh, fw, fh, fw}, 1).index_select(0, perm);  // [s, hd]
   const RopeTables rope{angles.cos(), angles.sin()};
   const std::vector<int64_t> whole = {0, s};

@@ -77,14 +77,14 @@ class QwenVlEncoder final : public TextTurnEncoder {
                           int first_image_id, std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
                           const ImageTokenReducer& reduce) const override {
     TRIMKV_CHECK(!content.empty(), Input, "an empty user message");
-    check_text_parts(content);
+    check_no_image_markers(content, {kQwenImagePad, kQwenVisionStart, kQwenVisionEnd});
     return encode_content(format().user_text(history, content), content, first_image_id, images, cancel, reduce,
                           false);
   }
   StreamSegment raw_prompt(const std::vector<ContentPart>& content, int first_image_id,
                            std::vector<ImageRecord>& images, const std::atomic<bool>* cancel,
                            const ImageTokenReducer& reduce) const override {
-    check_text_parts(content);
+    check_no_image_markers(content, {kQwenImagePad, kQwenVisionStart, kQwenVisionEnd});
     std::string text;
     for (const ContentPart& part : content)
       text += part.kind == ContentPart::Kind::Text
@@ -97,15 +97,6 @@ class QwenVlEncoder final : public TextTurnEncoder {
   std::shared_ptr<TextTurnEncoder> clone() const override { return std::make_shared<QwenVlEncoder>(*this); }
 
  private:
-  // A typed image marker would become a run of pads no image fills.
-  static void check_text_parts(const std::vector<ContentPart>& content) {
-    for (const ContentPart& part : content)
-      for (const char* marker : {kQwenImagePad, kQwenVisionStart, kQwenVisionEnd})
-        TRIMKV_CHECK(part.kind != ContentPart::Kind::Text || part.text.find(marker) == std::string::npos, Input,
-                     "a text part holds the image marker ", marker,
-                     " but no image fills it (give the image as its own part)");
-  }
-
   struct EncodedImage {
     Qwen2VlPatches patches;
     QwenVlImageGrid grid;

@@ -22,6 +22,18 @@ json read_json_object(const std::string& path) {
   return j;
 }
 
+const json& json_section(const json& j, const char* key) {
+  static const json kEmpty = json::object();
+  return j.contains(key) && j[key].is_object() ? j[key] : kEmpty;
+}
+
+int64_t read_positive_int(const json& j, const char* key, int64_t fallback, const std::string& path, const char* where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  TRIMKV_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() > 0, Config, "'", path, "': field '", where, key,
+               "' must be a positive integer, got ", j[key].dump());
+  return j[key].get<int64_t>();
+}
+
 json read_image_processor_settings(const std::string& dir, std::string& path) {
   namespace fs = std::filesystem;
   path = (fs::path(dir) / "preprocessor_config.json").string();

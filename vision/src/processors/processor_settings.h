@@ -14,6 +14,13 @@ namespace trimkv::vision {
 // it is not JSON or not an object.
 nlohmann::json read_json_object(const std::string& path);
 
+// j[key] when it is an object, else an empty object (a missing config section).
+const nlohmann::json& json_section(const nlohmann::json& j, const char* key);
+// j[key] as a positive integer; `fallback` when absent or null. Error{Config} naming the file and
+// the field (`where` + key, e.g. "vision_config.depth") otherwise.
+int64_t read_positive_int(const nlohmann::json& j, const char* key, int64_t fallback, const std::string& path,
+                          const char* where = "");
+
 // <dir>/preprocessor_config.json, else the "image_processor" object of <dir>/processor_config.json
 // (transformers v5); a null value when neither holds settings. `path` receives the file read.
 nlohmann::json read_image_processor_settings(const std::string& dir, std::string& path);

@@ -18,13 +18,6 @@ using json = nlohmann::json;
 // Python's round(): to nearest, ties to even (the default floating-point rounding mode).
 int64_t python_round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
-int64_t positive_int(const json& j, const char* key, const std::string& path, int64_t fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  TRIMKV_CHECK(j[key].is_number_integer() && j[key].get<int64_t>() > 0, Config, "'", path, "': field '", key,
-               "' must be a positive integer, got ", j[key].dump());
-  return j[key].get<int64_t>();
-}
-
 }  // namespace
 
 Qwen2VlProcessorConfig Qwen2VlProcessorConfig::from_folder(const std::string& dir) {
@@ -34,14 +27,14 @@ Qwen2VlProcessorConfig Qwen2VlProcessorConfig::from_folder(const std::string& di
   if (j.is_null()) return c;
   c.do_resize = read_flag(j, "do_resize", c.do_resize);
   if (j.contains("size") && j["size"].is_object()) {
-    c.min_pixels = positive_int(j["size"], "shortest_edge", path, c.min_pixels);
-    c.max_pixels = positive_int(j["size"], "longest_edge", path, c.max_pixels);
+    c.min_pixels = read_positive_int(j["size"], "shortest_edge", c.min_pixels, path);
+    c.max_pixels = read_positive_int(j["size"], "longest_edge", c.max_pixels, path);
   }
-  c.min_pixels = positive_int(j, "min_pixels", path, c.min_pixels);  // legacy keys win
-  c.max_pixels = positive_int(j, "max_pixels", path, c.max_pixels);
-  c.patch_size = static_cast<int>(positive_int(j, "patch_size", path, c.patch_size));
-  c.temporal_patch_size = static_cast<int>(positive_int(j, "temporal_patch_size", path, c.temporal_patch_size));
-  c.merge_size = static_cast<int>(positive_int(j, "merge_size", path, c.merge_size));
+  c.min_pixels = read_positive_int(j, "min_pixels", c.min_pixels, path);  // legacy keys win
+  c.max_pixels = read_positive_int(j, "max_pixels", c.max_pixels, path);
+  c.patch_size = static_cast<int>(read_positive_int(j, "patch_size", c.patch_size, path));
+  c.temporal_patch_size = static_cast<int>(read_positive_int(j, "temporal_patch_size", c.temporal_patch_size, path));
+  c.merge_size = static_cast<int>(read_positive_int(j, "merge_size", c.merge_size, path));
   TRIMKV_CHECK(c.min_pixels <= c.max_pixels, Config, "'", path, "': min_pixels ", c.min_pixels,
                " exceeds max_pixels ", c.max_pixels);
   read_resample(j, path, c.resample);

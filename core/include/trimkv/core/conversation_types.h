@@ -37,6 +37,10 @@ size_t count_image_placeholders(const std::string& text, const std::string& mark
 std::string expand_image_placeholders(const std::string& text, const std::vector<std::string>& expansions,
                                       const std::string& what, const std::string& marker = kImagePlaceholder);
 
+// Error{Input} when a text part of `content` holds one of a family's image `markers` (typed
+// by a user: no image part would fill it; images go as their own parts).
+void check_no_image_markers(const std::vector<ContentPart>& content, const std::vector<std::string>& markers);
+
 // `text` with kImagePlaceholder markers and the images that fill them, in order, as content
 // parts; when the text has no placeholder the images go first. Error{Input} when the text has
 // placeholders but their number differs from the number of images.

@@ -13,6 +13,10 @@ namespace trimkv {
 // x * rsqrt(mean(x^2) + eps) * weight, computed in float32.   x: [..., d], weight: [d]
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// inv_freq[i] = theta^(-2i/dim) for i < dim/2, float32 from torch's pow (a double pow then a cast
+// differs in a few entries), adjusted per rope type, as transformers' rope init computes it.
+at::Tensor rope_inverse_frequencies(const RopeConfig& rope, int64_t dim);
+
 // Rotary tables for the given positions: cos, sin each [n, head_dim] (the rotate-half layout,
 // halves duplicated). positions: [n] int64, or [3, n] (time, row, column) for a multimodal rope:
 // frequency k then turns by the axis mrope_axes gives it. Angles are float32 products, as
