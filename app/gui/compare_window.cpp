@@ -183,7 +183,7 @@ void CompareWindow::start() {
     p.frame = InspectorFrame{};
     p.grid->setSnapshot(nullptr);
     p.strip->setFrame(nullptr, nullptr);
-    p.overlay->setFrame({}, nullptr);
+    p.overlay->setFrame({}, nullptr, nullptr);
     updateTitle(s);
   }
   showAnswers();

@@ -90,20 +90,9 @@ void HeadStrip::setShade(Shade shade) {
 
 void HeadStrip::rebuildIndex() {
   m_entryOf.clear();
-  m_keepers.clear();
   m_hasScores = false;
   if (!m_kv) return;
   const size_t n = static_cast<size_t>(std::max<int64_t>(m_kv->n_tokens, 0));
-  if (m_all) {
-    if (m_kv->keepers.size() == n) {  // counted by the snapshot
-      m_keepers = m_kv->keepers;
-    } else {
-      m_keepers.assign(n, 0);
-      for (const trimkv::HeadSnapshot& hs : m_kv->heads)
-        for (const trimkv::SnapshotEntry& e : hs.entries)
-          if (e.token_index >= 0 && static_cast<size_t>(e.token_index) < n) ++m_keepers[static_cast<size_t>(e.token_index)];
-    }
-  }
   m_entryOf.assign(n, -1);
   const auto& g = m_kv->geometry;
   if (m_layer >= g.n_layer || m_head >= g.n_kv_head) return;
@@ -121,8 +110,16 @@ void HeadStrip::rebuildIndex() {
   }
 }
 
+int32_t HeadStrip::keepersAt(size_t position) const {
+  return position < m_kv->keepers.size() ? m_kv->keepers[position] : 0;
+}
+
 int HeadStrip::keptCount() const {
-  if (m_all) return static_cast<int>(std::count_if(m_keepers.begin(), m_keepers.end(), [](int32_t c) { return c > 0; }));
+  if (m_all) {
+    if (!m_kv) return 0;
+    const std::vector<int32_t>& k = m_kv->keepers;
+    return static_cast<int>(std::count_if(k.begin(), k.end(), [](int32_t c) { return c > 0; }));
+  }
   return static_cast<int>(std::count_if(m_entryOf.begin(), m_entryOf.end(), [](int32_t i) { return i >= 0; }));
 }
 
@@ -200,7 +197,7 @@ void HeadStrip::paintEvent(QPaintEvent* event) {
     if (m_tokens && t < m_tokens->size()) c = ModalityPalette::of((*m_tokens)[t].info.modality);
     if (m_all) {
       // Shade by the share of heads that keep the position: faded = none, full colour = all.
-      const double share = static_cast<double>(m_keepers[t]) / std::max<size_t>(m_kv->heads.size(), 1);
+      const double share = static_cast<double>(keepersAt(t)) / std::max<size_t>(m_kv->heads.size(), 1);
       QColor shaded = c;
       shaded.setAlpha(static_cast<int>(55 + 200 * share));
       p.fillRect(cell, shaded);
@@ -227,7 +224,7 @@ QString HeadStrip::tooltipFor(int position) const {
       tip += tr("\nimage %1, tile %2, patch row %3 col %4").arg(info.image_id).arg(info.tile).arg(info.patch_row).arg(info.patch_col);
   }
   if (m_all) {
-    tip += tr("\nkept by %1 of %2 heads").arg(m_keepers[static_cast<size_t>(position)]).arg(m_kv->heads.size());
+    tip += tr("\nkept by %1 of %2 heads").arg(keepersAt(static_cast<size_t>(position))).arg(m_kv->heads.size());
   } else if (const trimkv::SnapshotEntry* e = entryAt(position)) {
     tip += tr("\nkept by layer %1 head %2\nβ = %3 (log β = %4): its retention shrinks by this factor each step")
                .arg(m_layer)

@@ -67,7 +67,8 @@ class HeadStrip : public QWidget {
   int m_layer = 0, m_head = 0;
   std::vector<int32_t> m_entryOf;  // [n_tokens]: index into the head's entries, -1 if evicted
   bool m_all = false;
-  std::vector<int32_t> m_keepers;  // [n_tokens]: heads keeping each position (all-heads mode)
+  // Heads keeping `position` (all-heads mode): the snapshot's keeper counts (make_snapshot).
+  int32_t keepersAt(size_t position) const;
   Shade m_shade = Shade::Beta;
   float m_scoreMin = 0, m_scoreMax = 0;  // finite scores of the selected head's entries
   bool m_hasScores = false;

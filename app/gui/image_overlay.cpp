@@ -50,31 +50,18 @@ void ImageOverlay::setAllHeads(bool all) {
 void ImageOverlay::rebuild() {
   m_kept.clear();
   m_keepers.clear();
-  if (!m_kv || m_record.image_id < 0) return;
+  if (!m_kv || !m_tokens || m_record.image_id < 0) return;
+  // The image's positions only: the head's kept bits and the snapshot's keeper counts.
   const auto& g = m_kv->geometry;
-  const bool head = m_layer < g.n_layer && m_head < g.n_kv_head;
-  if (m_tokens && m_kv->keepers.size() == m_tokens->size()) {
-    // The image's positions only: the head's kept bits and the snapshot's keeper counts.
-    const trimkv::HeadSnapshot* hs = head ? &m_kv->head(m_layer, m_head) : nullptr;
-    for (const trimkv::vision::StreamToken& t : *m_tokens) {
-      const trimkv::TokenInfo& i = t.info;
-      if (i.modality != trimkv::Modality::Image || i.image_id != m_record.image_id) continue;
-      const qint64 k = key(i.tile, i.patch_row, i.patch_col);
-      if (m_all) m_keepers[k] = m_kv->keepers[static_cast<size_t>(i.token_index)];
-      if (hs && hs->kept(i.token_index)) m_kept.insert(k);
-    }
-    return;
+  const trimkv::HeadSnapshot* hs = m_layer < g.n_layer && m_head < g.n_kv_head ? &m_kv->head(m_layer, m_head) : nullptr;
+  for (const trimkv::vision::StreamToken& t : *m_tokens) {
+    const trimkv::TokenInfo& i = t.info;
+    if (i.modality != trimkv::Modality::Image || i.image_id != m_record.image_id) continue;
+    const qint64 k = key(i.tile, i.patch_row, i.patch_col);
+    const size_t index = static_cast<size_t>(i.token_index);
+    if (m_all && index < m_kv->keepers.size()) m_keepers[k] = m_kv->keepers[index];
+    if (hs && hs->kept(i.token_index)) m_kept.insert(k);
   }
-  if (m_all) {
-    for (const trimkv::HeadSnapshot& hs : m_kv->heads)
-      for (const trimkv::SnapshotEntry& e : hs.entries)
-        if (e.modality == trimkv::Modality::Image && e.image_id == m_record.image_id)
-          ++m_keepers[key(e.tile, e.patch_row, e.patch_col)];
-  }
-  if (!head) return;
-  for (const trimkv::SnapshotEntry& e : m_kv->head(m_layer, m_head).entries)
-    if (e.modality == trimkv::Modality::Image && e.image_id == m_record.image_id)
-      m_kept.insert(key(e.tile, e.patch_row, e.patch_col));
 }
 
 void ImageOverlay::drawView(QPainter& p, const QRectF& target, bool global) {

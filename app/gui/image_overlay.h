@@ -20,10 +20,10 @@ class ImageOverlay : public QWidget {
  public:
   explicit ImageOverlay(QWidget* parent = nullptr);
 
-  // `tokens` (optional): the conversation's positions; with the snapshot's keeper counts they
-  // let a frame look at the image's positions only instead of every entry of every head.
+  // `tokens`: the conversation's positions (the image's are looked up there, with the snapshot's
+  // kept bits and keeper counts, not in every entry of every head).
   void setFrame(const std::vector<trimkv::ImageRecord>& images, std::shared_ptr<const trimkv::KvSnapshot> kv,
-                std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> tokens = nullptr);
+                std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> tokens);
   void setHead(int layer, int head);
   // All heads: each patch shaded by how many (layer, KV head) pairs keep it, with the count.
   void setAllHeads(bool all);

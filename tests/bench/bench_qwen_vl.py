@@ -23,10 +23,13 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_vlm import make_image  # noqa: E402  (the same picture at another size)
 TINY = ROOT / "tests" / "data" / "vlm" / "qwen2_5_vl"  # tokenizer + template with the Qwen tokens
 PROMPT_TEXT = "Describe this image in detail."
 
@@ -90,15 +93,6 @@ def make_checkpoint(path: Path):
     (path / "model.safetensors.index.json").write_text(
         json.dumps({"metadata": {"total_size": total}, "weight_map": index}, indent=1))
     (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
-
-
-def make_image(path: Path):
-    import numpy as np
-    from PIL import Image
-    rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:768, 0:1024]
-    rgb = np.stack([127 + 100 * np.sin(x / 9.0), 255 * x / 1023, 255 * y / 767], -1) + rng.normal(0, 10, (768, 1024, 3))
-    Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).save(path)
 
 
 def bench_trimkv(path: Path, image: Path, n_new, threads, binary):
@@ -178,7 +172,7 @@ def main():
         make_checkpoint(path)
     image = path / "bench_1024x768.png"
     if not image.exists():
-        make_image(image)
+        make_image(image, 1024, 768)
     index = json.loads((path / "model.safetensors.index.json").read_text())
     bf16_bytes = index["metadata"]["total_size"]
     f32_mb = bf16_bytes * 2 / 2**20

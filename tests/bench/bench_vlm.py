@@ -49,12 +49,14 @@ def make_checkpoint(path: Path):
     Idefics3Processor(image_processor=ip, tokenizer=tok, image_seq_len=64).save_pretrained(path)
 
 
-def make_image(path: Path):
+def make_image(path: Path, width: int = 512, height: int = 512):
+    """A deterministic test picture: stripes, two gradients and noise (shared by the VLM benchmarks)."""
     import numpy as np
     from PIL import Image
     rng = np.random.default_rng(0)
-    y, x = np.mgrid[0:512, 0:512]
-    rgb = np.stack([127 + 100 * np.sin(x / 9.0), 255 * x / 511, 255 * y / 511], -1) + rng.normal(0, 10, (512, 512, 3))
+    y, x = np.mgrid[0:height, 0:width]
+    rgb = np.stack([127 + 100 * np.sin(x / 9.0), 255 * x / (width - 1), 255 * y / (height - 1)], -1) + \
+        rng.normal(0, 10, (height, width, 3))
     Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).save(path)
 
 
