@@ -321,4 +321,23 @@ TEST_CASE("Gates in the released Qwen3-VL-4B layout validate against its config 
   extra.emplace_back("model.language_model.layers.7.self_attn.retention_gate.linear1.weight", at::zeros({16, 64}));
   write_torch_state_dict(dir.file("extra.pth"), extra);
   REQUIRE_THROWS_WITH(load_gates(dir.file("extra.pth")), Catch::Contains("extra.pth"));
+  // Tied copies that differ (one layer's bias, then one's linear3): refused naming the file and
+  // the key, not read as untied gates.
+  for (const char* leaf : {"layers.2.self_attn.retention_gate.bias", "layers.1.self_attn.retention_gate.linear3.weight"}) {
+    CAPTURE(leaf);
+    auto differ = named;
+    for (auto& [key, t] : differ)
+      if (key == std::string("model.language_model.") + leaf) t = t.clone().add(1e-3);
+    write_torch_state_dict(dir.file("differ.pth"), differ);
+    REQUIRE_THROWS_WITH(load_gates(dir.file("differ.pth")), Catch::Contains("differ.pth") &&
+                                                                 Catch::Contains(std::string("model.language_model.") + leaf) &&
+                                                                 Catch::Contains("differs from layer 0"));
+    REQUIRE_THROWS_WITH(check_gates_file(dir.file("differ.pth"), dir.path()), Catch::Contains("differ.pth"));
+  }
+  // Untied (ablation) gates have no .pth layout: refused before writing, named.
+  GateConfig untied = released_shape(3, 64, 16);
+  untied.tied = false;
+  REQUIRE_THROWS_WITH(save_gates_pth(dir.file("untied.pth"), RetentionGates::init(untied, 8)),
+                      Catch::Contains("untied.pth") && Catch::Contains("safetensors"));
+  REQUIRE_FALSE(std::filesystem::exists(dir.file("untied.pth")));
 }

@@ -49,6 +49,7 @@ RetentionGates gates_from_tensors(const std::map<std::string, at::Tensor>& named
                                   const std::map<std::string, std::string>& meta,
                                   const std::string& path) {
   std::map<int64_t, std::map<std::string, at::Tensor>> by_layer;
+  std::map<std::pair<int64_t, std::string>, std::string> file_key;  // (layer, leaf) -> the name in the file
   for (const auto& [key, t] : named) {
     int64_t il = 0;
     std::string leaf;
@@ -56,6 +57,7 @@ RetentionGates gates_from_tensors(const std::map<std::string, at::Tensor>& named
     TRIMKV_CHECK(!by_layer[il].count(leaf), Format, "gates file '", path, "' has two tensors for layer ",
                  il, " '", leaf, "' (under different prefixes)");
     by_layer[il][leaf] = t;
+    file_key[{il, leaf}] = key;
   }
   TRIMKV_CHECK(!by_layer.empty(), Format, "'", path,
                "' holds no retention-gate tensors (expected names like "
@@ -89,16 +91,23 @@ RetentionGates gates_from_tensors(const std::map<std::string, at::Tensor>& named
   if (meta.count("bias_init")) cfg.bias_init = std::stod(meta.at("bias_init"));
   if (meta.count("init_std")) cfg.init_std = std::stod(meta.at("init_std"));
   if (meta.count("train_budget")) cfg.train_budget = std::stoll(meta.at("train_budget"));
-  // Tied: as the metadata says, else inferred (the reference state dict repeats shared tensors).
+  // Tied: as our metadata says. A file without it (the authors' .pth) is the released layout,
+  // tied: its state dict repeats the shared linear3/bias in every layer, and copies that differ
+  // mean a damaged or foreign file, refused rather than guessed into the untied ablation.
   bool tied = false;
   if (db) {
-    bool all_equal = true;
-    for (int64_t il = 1; il < n_layer; ++il)
-      all_equal = all_equal && bitwise_equal(need(il, "linear3.weight"), need(0, "linear3.weight")) &&
-                  bitwise_equal(need(il, "bias"), need(0, "bias"));
-    tied = meta.count("tied") ? meta.at("tied") == "true" : all_equal;
-    TRIMKV_CHECK(!tied || all_equal, Format, "gates file '", path,
-                 "' says its output projection is tied, but linear3/bias differ between layers");
+    std::string first_difference;
+    for (int64_t il = 1; il < n_layer && first_difference.empty(); ++il)
+      for (const char* leaf : {"linear3.weight", "bias"})
+        if (first_difference.empty() && !bitwise_equal(need(il, leaf), need(0, leaf)))
+          first_difference = file_key.at({il, std::string(leaf)});
+    tied = meta.count("tied") ? meta.at("tied") == "true" : true;
+    TRIMKV_CHECK(!tied || first_difference.empty(), Format, "gates file '", path, "': tensor '", first_difference,
+                 "' differs from layer 0's copy, but ",
+                 meta.count("tied") ? "the file says its output projection is tied"
+                                    : "the authors' layout ties linear3 and bias across layers (each layer "
+                                      "repeats the shared tensors); the file is damaged or not a release file. "
+                                      "Untied (ablation) gates are read from our .safetensors format only");
   }
   cfg.tied = db ? tied : false;
   std::vector<GateLayer> layers;
@@ -151,6 +160,7 @@ void save_gates(const std::string& path, const RetentionGates& gates,
 }
 
 void save_gates_pth(const std::string& path, const RetentionGates& gates, const std::string& prefix) {
+  check_pth_writable(gates.config(), path);
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const GateParameter& p : gates.named_tensors()) {
     TRIMKV_ASSERT(p.name.rfind("model.", 0) == 0);
@@ -159,10 +169,19 @@ void save_gates_pth(const std::string& path, const RetentionGates& gates, const 
   write_torch_state_dict(path, out);
 }
 
+void check_pth_writable(const GateConfig& config, const std::string& path) {
+  TRIMKV_CHECK(config.kind != GateKind::DBTrimKV || config.is_tied(), Input, "'", path,
+               "': untied DBTrimKV gates cannot be written in the authors' .pth layout (it ties linear3 and "
+               "bias across layers); write .safetensors instead");
+}
+
+bool is_pth_path(const std::string& path) {
+  return path.size() >= 4 && path.compare(path.size() - 4, 4, ".pth") == 0;
+}
+
 void save_gates_file(const std::string& path, const RetentionGates& gates, const std::string& pth_prefix,
                      const std::map<std::string, std::string>& extra_metadata) {
-  const bool pth = path.size() >= 4 && path.compare(path.size() - 4, 4, ".pth") == 0;
-  if (pth) save_gates_pth(path, gates, pth_prefix);
+  if (is_pth_path(path)) save_gates_pth(path, gates, pth_prefix);
   else save_gates(path, gates, extra_metadata);
 }
 

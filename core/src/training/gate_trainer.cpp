@@ -112,6 +112,7 @@ GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptio
   gc.tied = !o.untied;
   gc.bias_init = o.bias_init;
   gc.train_budget = static_cast<int64_t>(std::llround(o.budget));
+  if (is_pth_path(o.out_path)) check_pth_writable(gc, o.out_path);  // before any step, not after the last
   I.gates = std::make_unique<RetentionGates>(RetentionGates::init(gc, o.seed));
   I.gates->set_requires_grad(true);
   I.params = I.gates->parameters();

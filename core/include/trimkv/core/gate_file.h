@@ -10,7 +10,8 @@
 // Imported format: the authors' released "trimkv_weights.pth" (torch.save of a state dict; keys
 // "...layers.{l}.self_attn.retention_gate.<leaf>", with any prefix such as "model." or
 // "model.language_model."; any float dtype). Kind, sizes and tying are inferred from the tensors:
-// linear3 present -> DBTrimKV; tied when linear3/bias are bitwise equal in every layer.
+// linear3 present -> DBTrimKV, always tied (the release's layout): the linear3/bias copies of
+// every layer must be bitwise equal, a file whose copies differ is refused naming the key.
 #pragma once
 #include <map>
 #include <string>
@@ -34,6 +35,11 @@ void save_gates(const std::string& path, const RetentionGates& gates,
 // names replaced by `prefix` (Qwen-VL checkpoints: "model.language_model."). torch.load and
 // this program's load_gates read it back. Written to a temp file, then renamed.
 void save_gates_pth(const std::string& path, const RetentionGates& gates, const std::string& prefix = "model.");
+
+// Error{Input} naming `path` when gates of `config` cannot be written as a .pth (the untied
+// ablation: the authors' layout is tied). Checked before training starts.
+void check_pth_writable(const GateConfig& config, const std::string& path);
+bool is_pth_path(const std::string& path);
 
 // save_gates_pth for a path ending in ".pth", save_gates otherwise (metadata only there).
 void save_gates_file(const std::string& path, const RetentionGates& gates, const std::string& pth_prefix,
