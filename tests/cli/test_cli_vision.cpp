@@ -1,6 +1,7 @@
 // The `trimkv` command line with vision-language checkpoints: info, generate --image, chat.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <fstream>
 
 #include "cli/cli_runner.h"
 #include "test_util.h"
@@ -101,4 +102,36 @@ TEST_CASE("trimkv chat: images, streaming answers, errors that keep the session,
   REQUIRE(stats == 3);
   // Ctrl-D ends the chat too.
   REQUIRE(run({"chat", "--model", kVlm}, "").code == 0);
+}
+
+TEST_CASE("trimkv train-gates on Qwen3-VL writes the authors' .pth, which info validates and chat evicts with",
+          "[cli][vision][training]") {
+  trimkv::test::ScratchDir dir("qwen3-train");
+  const std::string qwen3 = trimkv::test::data_dir() + "/vlm/qwen3_vl";
+  trimkv::test::write_text(
+      dir.file("d.jsonl"),
+      "{\"images\": [\"" + image("qwen_a.png") + "\", \"" + image("qwen_tall.png") +
+          "\"], \"turns\": [{\"text\": \"<image>What is this?\", \"answer\": \"A small test picture.\"}, "
+          "{\"text\": \"And this one: <image> Which is brighter?\", \"answer\": \"The second one.\"}]}\n");
+  const std::string pth = dir.file("g.pth");
+  VRun r = run({"train-gates", "--model", qwen3, "--data", dir.file("d.jsonl"), "--out", pth, "--steps", "3",
+                "--gate-hidden", "16", "--bias-init", "3", "--budget", "8", "--json"});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.err, Catch::Contains("1 sequences") && Catch::Contains("gates written to"));
+  r = run({"info", "--model", qwen3, "--gates", pth});
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, Catch::Contains("dbtrimkv, output layer tied") && Catch::Contains("3 layers, 64 -> 16 -> 16 -> 2"));
+  r = run({"chat", "--model", qwen3, "--gates", pth, "--policy", "dbtrimkv", "--budget", "16", "--max-new-tokens", "4"},
+          "/image " + image("qwen_a.png") + "\nWhat is it?\n");
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.err, Catch::Contains("eviction events"));
+  // The untied ablation has no .pth layout: refused before the first step.
+  r = run({"train-gates", "--model", qwen3, "--data", dir.file("d.jsonl"), "--out", dir.file("u.pth"), "--untied",
+           "--steps", "3"});
+  REQUIRE(r.code != 0);
+  REQUIRE_THAT(r.err, Catch::Contains("u.pth") && Catch::Contains("untied"));
+  REQUIRE_FALSE(std::ifstream(dir.file("u.pth")).good());
 }

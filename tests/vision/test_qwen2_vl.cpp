@@ -11,6 +11,7 @@
 
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
+#include "trimkv/core/gate_training.h"
 #include "trimkv/core/retention_gates.h"
 #include "trimkv/core/evictor.h"
 #include "trimkv/core/eviction_policy.h"
@@ -19,6 +20,7 @@
 #include "trimkv/core/text_decoder.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/vision/chat_engine.h"
+#include "trimkv/vision/gate_training_media.h"
 #include "trimkv/vision/qwen2_vl.h"
 #include "trimkv/vision/train_gates_vlm.h"
 #include "trimkv/vision/qwen2_vl_processor.h"
@@ -33,12 +35,13 @@ namespace {
 constexpr double kTol = 1e-4;
 const char* const kFamilies[] = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"};
 
-const VlmModel& model(const std::string& name) {
+std::shared_ptr<VlmModel> model_ptr(const std::string& name) {
   static std::map<std::string, std::shared_ptr<VlmModel>> cache;
   auto& m = cache[name];
   if (!m) m = load_vlm(test::vlm_model(name));
-  return *m;
+  return m;
 }
+const VlmModel& model(const std::string& name) { return *model_ptr(name); }
 nlohmann::json expected(const std::string& name) {
   return test::read_json(test::vlm_model(name) + "/expected.json");
 }
@@ -476,10 +479,105 @@ TEST_CASE("Qwen3-VL Thinking: a template whose generation prompt opens <think> i
   REQUIRE(ChatEngine::load(d.path())->answers_open_thinking());
 }
 
-TEST_CASE("Qwen-VL: gate training, which lacks M-RoPE and deepstack, is refused by name", "[qwen2vl][errors]") {
-  TrainOptions o;
-  o.model_dir = test::vlm_model("qwen2_5_vl");
-  o.data_path = test::vlm_model("qwen2_5_vl") + "/none.jsonl";
-  o.out_path = "/tmp/never-written.safetensors";
-  REQUIRE_THROWS_WITH(train_gates_vlm(o), Catch::Contains("qwen2_vl") && Catch::Contains("not supported yet"));
+TEST_CASE("Qwen-VL gate training: the training forward is transformers' (M-RoPE positions, deepstack); it trains "
+          "and writes the authors' .pth", "[qwen2vl][training]") {
+  namespace fs = std::filesystem;
+  const char* const kAnswer2 = "The second one.";
+  for (const char* family : kFamilies) {
+    DYNAMIC_SECTION(family) {
+      const bool qwen3 = std::string(family) == "qwen3_vl";
+      test::ScratchDir d("qwen-gates");
+      fs::copy_file(test::vlm_image("qwen_a.png"), d.file("a.png"));
+      fs::copy_file(test::vlm_image("qwen_tall.png"), d.file("tall.png"));
+      test::write_text(d.file("data.jsonl"),
+                       std::string(R"({"images": ["a.png", "tall.png"], "turns": [{"text": "<image>What is this?", "answer": ")") +
+                           kAnswer + R"("}, {"text": "And this one: <image> Which is brighter?", "answer": ")" + kAnswer2 +
+                           "\"}]}\n" + R"({"turns": [{"text": "Hello?", "answer": "Hi there."}]})" + "\n");
+      const std::shared_ptr<const VlmModel> m = model_ptr(family);
+      const VlmSampleEncoder media(m);
+      DatasetOptions dopt;
+      dopt.max_len = 4096;
+      dopt.media = &media;
+      const Dataset ds = load_dataset(d.file("data.jsonl"), m->text, dopt);
+      REQUIRE(ds.samples.size() == 2);
+      const TrainingSample& s = ds.samples[0];
+
+      // The stream is the Session's (whose prompt ids are transformers').
+      Session ref(m->text, m->encoder, {});
+      ref.add_user_turn(kTurn1);
+      const int64_t n1 = static_cast<int64_t>(ref.ids().size());
+      const at::Tensor logits1 = ref.pending_logits().clone();
+      ref.add_assistant_text(kAnswer);
+      ref.add_user_turn(kTurn2);
+      const int64_t n2 = static_cast<int64_t>(ref.ids().size());
+      ref.add_assistant_text(kAnswer2);
+      REQUIRE(s.ids == ref.ids());
+      REQUIRE(s.rope.size() == s.ids.size());
+      REQUIRE(s.deepstack.size() == (qwen3 ? 2u : 0u));
+      for (const at::Tensor& ds_rows : s.deepstack) REQUIRE(ds_rows.size(0) == s.media.size(0));
+
+      // Teacher logits of the training forward (dense path, the sample's positions and deepstack)
+      // equal transformers' over the whole conversation through the second generation prompt.
+      TrainingSample copy = s;
+      const at::Tensor x = media.embed(copy);
+      const TextDecoder& dec = *m->text.decoder;
+      at::Tensor logits, plain;
+      {
+        at::NoGradGuard ng;
+        logits = dec.logits(dec.forward_dense(x, s.rotary_positions(), {}, nullptr, nullptr, {}, s.injection()));
+        plain = dec.logits(dec.forward_dense(x, at::arange(x.size(0), at::kLong)));
+      }
+      const at::Tensor hf = expected_tensor(family, "conversation.logits");
+      REQUIRE(hf.size(0) == n2);
+      CHECK(test::max_abs_diff(logits.slice(0, 0, n2), hf) < kTol);
+      CHECK(test::max_abs_diff(logits[n1 - 1], logits1) < kTol);
+      CHECK(test::max_abs_diff(plain.slice(0, 0, n2), hf) > 1e-2);  // one-axis positions, no deepstack: not it
+
+      // Truncation from the left inside the first image keeps rows, positions and deepstack aligned.
+      int64_t first_media = 0;
+      while (!s.is_media[first_media]) ++first_media;
+      DatasetOptions cut = dopt;
+      cut.max_len = static_cast<int64_t>(s.ids.size()) - first_media - 3;
+      const TrainingSample t = load_dataset(d.file("data.jsonl"), m->text, cut).samples.at(0);
+      REQUIRE(t.truncated);
+      const int64_t drop = static_cast<int64_t>(s.ids.size() - t.ids.size());
+      REQUIRE(t.rope.size() == t.ids.size());
+      for (size_t i = 0; i < t.ids.size(); ++i)
+        REQUIRE((t.rope[i].t == s.rope[drop + i].t && t.rope[i].h == s.rope[drop + i].h && t.rope[i].w == s.rope[drop + i].w));
+      REQUIRE(t.media.size(0) == s.media.size(0) - 3);
+      REQUIRE(at::equal(t.media, s.media.slice(0, 3)));
+      for (size_t j = 0; j < t.deepstack.size(); ++j) REQUIRE(at::equal(t.deepstack[j], s.deepstack[j].slice(0, 3)));
+      if (qwen3) REQUIRE(t.injection().rows.size(0) == t.media.size(0));
+
+      // A few steps lower the loss; the .pth is the authors' layout under the model's names and
+      // loads back as the trained gates, fitting the model.
+      TrainOptions o;
+      o.out_path = d.file("trimkv_weights.pth");
+      o.gate_hidden = 16;
+      o.budget = 4;
+      o.steps = 8;
+      o.batch = 2;
+      o.lr = 0.2;
+      o.min_lr = 0.02;
+      o.warmup = 1;
+      o.lambda = 5.0;
+      o.bias_init = 3.0;
+      o.checkpoint_every = 0;
+      o.max_len = 4096;
+      o.seed = 3;
+      GateTrainer trainer(m->text, ds, o, &media);
+      const TrainResult r = trainer.run();
+      CAPTURE(r.losses);
+      REQUIRE(r.steps_done == o.steps);
+      CHECK(r.losses.back() < 0.9 * r.losses.front());
+      const auto keys = read_torch_state_dict(o.out_path);
+      REQUIRE(keys.count(m->text.weight_root + "layers.1.self_attn.retention_gate.linear3.weight"));
+      REQUIRE(keys.size() == static_cast<size_t>(6 * m->text.config.n_layer));
+      const RetentionGates back = load_gates(o.out_path);
+      check_gates_fit(back, m->text.config, o.out_path, m->text.dir);
+      const auto trained = trainer.gates().named_tensors(), loaded = back.named_tensors();
+      REQUIRE(trained.size() == loaded.size());
+      for (size_t i = 0; i < trained.size(); ++i) REQUIRE(at::equal(trained[i].tensor.detach(), loaded[i].tensor));
+    }
+  }
 }

@@ -10,11 +10,6 @@
 
 namespace trimkv::vision {
 
-namespace {
-
-
-}  // namespace
-
 VlmSampleEncoder::VlmSampleEncoder(std::shared_ptr<const VlmModel> model) : m_model(std::move(model)) {
   TRIMKV_CHECK(m_model && m_model->encoder, Input, "VlmSampleEncoder needs a loaded VLM");
 }
@@ -40,6 +35,24 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
   std::vector<int32_t> ids;
   std::vector<uint8_t> label, media;
   std::vector<at::Tensor> rows;
+  std::vector<std::vector<at::Tensor>> deepstack;  // per turn with images: [j] rows
+  // Rotary positions as the Session's runner gives them: a segment's offsets count from the
+  // next free position (one past the largest on any axis), text runs continue from there.
+  const bool multimodal = m_model->text.config.rope.multimodal();
+  std::vector<RopeOffset> rope;
+  int64_t next_position = 0;
+  auto place = [&](const std::vector<RopeOffset>& offsets, size_t n) {
+    const int64_t base = next_position;
+    for (size_t i = 0; i < n; ++i) {
+      const RopeOffset o = offsets.empty() ? RopeOffset{static_cast<int32_t>(i), static_cast<int32_t>(i),
+                                                        static_cast<int32_t>(i)}
+                                           : offsets[i];
+      const RopeOffset p{static_cast<int32_t>(base + o.t), static_cast<int32_t>(base + o.h),
+                         static_cast<int32_t>(base + o.w)};
+      if (multimodal) rope.push_back(p);
+      next_position = std::max<int64_t>({next_position, p.t + 1, p.h + 1, p.w + 1});
+    }
+  };
   std::vector<ImageRecord> records;
   size_t next_image = 0;
   for (size_t k = 0; k < sample.turns.size(); ++k) {
@@ -63,7 +76,15 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
       TRIMKV_ASSERT(seg.image_embeddings.defined() && seg.image_embeddings.size(0) == n_image,
                     "user_turn: ", n_image, " image positions but a different number of embedding rows");
       rows.push_back(seg.image_embeddings.detach().to(at::kFloat));
+      if (!seg.deepstack.empty()) {
+        TRIMKV_CHECK(deepstack.size() == rows.size() - 1, Input,
+                     "turn ", k + 1, ": deepstack features on some image turns only");
+        deepstack.emplace_back();
+        for (const at::Tensor& d : seg.deepstack) deepstack.back().push_back(d.detach().to(at::kFloat));
+      }
     }
+    TRIMKV_ASSERT(seg.rope.empty() || seg.rope.size() == seg.ids.size(), "user_turn: rotary offsets and ids differ");
+    place(seg.rope, seg.ids.size());
     // The answer as Session::add_assistant_text appends it; labels on its tokens and on the
     // end-of-turn token (the first of the closing tokens), which generation produces.
     const std::vector<int32_t> answer = enc.assistant_turn(history, turn.answer);
@@ -79,12 +100,22 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
       label.push_back(i < n_label ? 1 : 0);
       media.push_back(0);
     }
+    place({}, answer.size());
   }
   sample.ids = std::move(ids);
   sample.is_label = std::move(label);
+  sample.rope = std::move(rope);
+  sample.deepstack.clear();
   if (!rows.empty()) {
     sample.is_media = std::move(media);
     sample.media = at::cat(rows, 0).contiguous();
+    TRIMKV_CHECK(deepstack.empty() || deepstack.size() == rows.size(), Input,
+                 "deepstack features on some image turns only");
+    for (size_t j = 0; !deepstack.empty() && j < deepstack.front().size(); ++j) {
+      std::vector<at::Tensor> per_turn;
+      for (const auto& turn_rows : deepstack) per_turn.push_back(turn_rows.at(j));
+      sample.deepstack.push_back(at::cat(per_turn, 0).contiguous());
+    }
   } else {
     sample.is_media.clear();
     sample.media = at::Tensor();
@@ -118,12 +149,6 @@ TrainResult train_gates_vlm(const TrainOptions& options, const std::function<voi
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
   if (options.threads > 0) at::set_num_threads(options.threads);
   const std::shared_ptr<const VlmModel> model = load_vlm(options.model_dir);
-  // The training forward is the dense path with one-axis positions and no deepstack: not what
-  // an M-RoPE model (the Qwen-VL line) computes on images. Refused rather than trained wrong.
-  TRIMKV_CHECK(!model->text.config.rope.multimodal(), Unsupported, "train-gates on '", options.model_dir,
-               "': gate training is not supported yet for ", model->info.family,
-               " checkpoints (the training forward has no multimodal RoPE positions or deepstack); "
-               "use gates trained elsewhere (e.g. the authors' trimkv_weights.pth)");
   const VlmSampleEncoder media(model);
   return train_gates_on(model->text, &media, options, on_warning, on_setup, on_progress, cancel);
 }

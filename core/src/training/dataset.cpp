@@ -129,14 +129,7 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
       const int64_t n = static_cast<int64_t>(s.ids.size());
       if (n > options.max_len) {
         const int64_t drop = n - options.max_len;
-        s.ids.erase(s.ids.begin(), s.ids.begin() + drop);
-        s.is_label.erase(s.is_label.begin(), s.is_label.begin() + drop);
-        if (!s.is_media.empty()) {
-          int64_t dropped_rows = 0;
-          for (int64_t i = 0; i < drop; ++i) dropped_rows += s.is_media[i] ? 1 : 0;
-          s.is_media.erase(s.is_media.begin(), s.is_media.begin() + drop);
-          if (s.media.defined()) s.media = s.media.slice(0, dropped_rows).clone();
-        }
+        s.drop_front(drop);
         s.truncated = true;
         ds.warnings.push_back(where + std::to_string(n) + " tokens, longer than --max-len " +
                               std::to_string(options.max_len) + ": the first " + std::to_string(drop) +

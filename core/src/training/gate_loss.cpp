@@ -68,19 +68,23 @@ QualityTerms quality_loss(const at::Tensor& student_logits, const at::Tensor& te
 }
 
 GateLoss gate_loss(const TextDecoder& decoder, const RetentionGates& gates, const at::Tensor& x,
-                   const at::Tensor& targets, const at::Tensor& mask, const GateLossOptions& options) {
+                   const at::Tensor& targets, const at::Tensor& mask, const GateLossOptions& options,
+                   const at::Tensor& rotary_positions, const LayerInjection& inject) {
   const int64_t n = x.size(0);
   TRIMKV_CHECK(targets.size(0) == n && mask.size(0) == n, Shape, "targets/mask must have ", n, " entries");
-  at::Tensor positions = at::arange(n, at::kLong);
+  const at::Tensor positions = rotary_positions.defined() ? rotary_positions : at::arange(n, at::kLong);
+  TRIMKV_CHECK(positions.size(-1) == n, Shape, "rotary positions must cover the ", n, " inputs, got ",
+               positions.sizes());
   at::Tensor idx = mask.to(at::kBool).nonzero().view({-1});
   TRIMKV_CHECK(idx.numel() > 0, Input, "a training sequence needs at least one label token");
   at::Tensor teacher;
   {
     at::NoGradGuard no_grad;
-    teacher = decoder.logits(decoder.forward_dense(x, positions).index_select(0, idx));  // [m, V]
+    teacher = decoder.logits(decoder.forward_dense(x, positions, {}, nullptr, nullptr, {}, inject)
+                                 .index_select(0, idx));  // [m, V]
   }
   std::vector<at::Tensor> log_beta;
-  at::Tensor h = decoder.forward_dense(x, positions, {}, &gates, &log_beta);
+  at::Tensor h = decoder.forward_dense(x, positions, {}, &gates, &log_beta, {}, inject);
   at::Tensor student = decoder.logits(h.index_select(0, idx));  // [m, V]
   at::Tensor all = at::ones({idx.numel()}, at::kBool);
   QualityTerms q = quality_loss(student, teacher, targets.to(at::kLong).index_select(0, idx), all,

@@ -261,7 +261,7 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
       }
       at::Tensor targets = at::tensor(tgt, at::kLong);
       at::Tensor mask_t = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong).to(at::kBool);
-      GateLoss L = gate_loss(dec, *I.gates, x, targets, mask_t, lo);
+      GateLoss L = gate_loss(dec, *I.gates, x, targets, mask_t, lo, sample.rotary_positions(), sample.injection());
       (L.total / static_cast<double>(o.batch)).backward();
       pr.loss += L.total.item<double>() / o.batch;
       pr.nll += L.nll.item<double>() / o.batch;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/kv_types.h"
 #include "trimkv/core/retention_gates.h"
 #include "trimkv/core/text_model.h"
 #include "trimkv/core/train_gates.h"
@@ -62,9 +63,12 @@ struct GateLoss {
 
 // One sequence. x: [n, d] input embeddings (text embeddings and/or media features), targets/mask
 // as in quality_loss. The teacher pass runs inside (no-grad); logits are computed for the masked
-// positions only.
+// positions only. `positions`: the rotary positions ([n], or [3, n] for a multimodal rope;
+// undefined = 0..n-1); `inject`: features added after the first layers (Qwen3-VL's deepstack),
+// in both passes. The retention terms use sequential indices whatever the rotary positions are.
 GateLoss gate_loss(const TextDecoder& decoder, const RetentionGates& gates, const at::Tensor& x,
-                   const at::Tensor& targets, const at::Tensor& mask, const GateLossOptions& options);
+                   const at::Tensor& targets, const at::Tensor& mask, const GateLossOptions& options,
+                   const at::Tensor& positions = {}, const LayerInjection& inject = {});
 
 // ---------------------------------------------------------------------------------------------
 // Data.
@@ -86,7 +90,19 @@ struct TrainingSample {
   std::vector<TrainingTurn> turns;  // conversation lines whose turns are all text (else empty)
   std::vector<uint8_t> is_media;    // [n] or empty: positions whose input row is in `media`
   at::Tensor media;                 // [count of is_media, d] frozen media features (no grad)
+  std::vector<RopeOffset> rope;     // [n] or empty: absolute multimodal rotary positions (t, h, w)
+                                    // as the Session gives them (M-RoPE families); empty: 0..n-1
+  std::vector<at::Tensor> deepstack;  // [j] [count of is_media, d]: added to the media positions
+                                      // after decoder layer j (Qwen3-VL), or empty
   bool truncated = false;
+
+  // Drops the first k positions (their media rows, deepstack rows and rotary positions with
+  // them; the positions left keep theirs: rotary attention depends on differences only).
+  void drop_front(int64_t k);
+  // The decoder inputs besides the embeddings: rotary positions ([n] 0..n-1, or [3, n] from
+  // `rope`) and the deepstack injection on the media positions.
+  at::Tensor rotary_positions() const;
+  LayerInjection injection() const;
 };
 
 // Turns the images of a sample into input embeddings (vision tower + projector, frozen; computed
