@@ -1,26 +1,32 @@
-"""Qwen2.5-VL benchmark: trimkv vs Hugging Face transformers (eager, float32), side by side, and
-the memory of loading a bf16 checkpoint.
+"""Qwen-VL benchmarks: trimkv vs Hugging Face transformers (eager, float32), side by side in one
+run on the same checkpoint, image, raw prompt and thread count.
 
-Writes (once, reused) a random checkpoint with the real sizes of Qwen2.5-VL-3B-Instruct (text:
-hidden 2048, 36 layers, 16 heads, 2 KV heads, MLP 11008, vocab 151936, tied embeddings, M-RoPE
-[16, 24, 24]; vision: 32 blocks of width 1280, 16 heads, MLP 3420, window 112 px, full attention
-in blocks 7/15/23/31, merger to 2048) in bfloat16 shards (~7.5 GB; names in transformers' v5
-scheme), with the tiny Qwen ChatML tokenizer of the test fixtures (the prompt's ids are what
-matter; they are checked equal on both sides). Then, on one 1024x768 image (-> 756x1036 pixels,
-3,996 patches, 999 visual tokens) and the same raw prompt and thread count:
-  - loading: peak RSS of `trimkv info` (which loads every weight into float32), against the
-    float32 size (the issue's bound: <= 1.2 x f32 + 200 MB);
-  - time to first token: image preprocessing + vision tower + merger + prefill (model loading
-    excluded on both sides);
-  - decode: greedy tokens/s with the KV cache.
-Prints Markdown tables. Needs the oracle environment (packaging/setup.sh --oracle), a built
-trimkv (packaging/build.sh), ~8 GB of disk and ~17 GB of free memory (one runtime at a time).
+Shapes (random weights with the real sizes, bfloat16 shards in transformers' v5 names, written
+once and reused; the tiny Qwen ChatML tokenizer of the test fixtures: the prompt's ids are what
+matter, checked equal on both sides):
+  - qwen2.5-vl-3b (issue 16): text hidden 2048, 36 layers, 16 heads, 2 KV heads, MLP 11008,
+    vocab 151936, tied, M-RoPE [16, 24, 24]; vision 32 blocks of 1280, window 112 px, full
+    attention in blocks 7/15/23/31 (~7.5 GB). Also the peak RSS of loading (`trimkv info`, every
+    weight in float32) against the issue's bound 1.2 x f32 + 200 MB.
+  - qwen3-vl-4b (issue 17): text hidden 2560, 36 layers, 32 heads, 8 KV heads (head_dim 128), MLP
+    9728, vocab 151936, tied, interleaved M-RoPE [24, 20, 20], theta 5e6; vision 24 blocks of 1024,
+    patch 16, 2304 learned positions, deepstack from blocks 5/11/17 (~8.9 GB), and random DBTrimKV
+    gates in the authors' released layout (trimkv_weights.pth, torch.save'd here with the authors'
+    init: N(0, 0.02) weights, zero linear biases, output bias 10, linear3/bias tied).
+    trimkv runs the full cache and dbtrimkv at 25% of the final context per KV head.
+Measured on one 1024x768 image: time to first token (preprocessing + tower + merger + prefill;
+loading excluded), greedy decode tokens/s, the KV bytes held at the end (trimkv: its cache;
+transformers: the tensors of its DynamicCache) and each runtime's peak RSS.
+Needs the oracle environment (packaging/setup.sh --oracle), a built trimkv (packaging/build.sh),
+~9 GB of disk and ~20 GB of free memory (one runtime at a time).
 
-Usage: <venv>/bin/python tests/bench/bench_qwen_vl.py [--new 16] [--threads 2] [--skip-hf]
+Usage: <venv>/bin/python tests/bench/bench_qwen_vl.py [--shape qwen2.5-vl-3b|qwen3-vl-4b] [--new N]
+       [--threads 2] [--skip-hf]
 """
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -30,11 +36,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_vlm import make_image  # noqa: E402  (the same picture at another size)
-TINY = ROOT / "tests" / "data" / "vlm" / "qwen2_5_vl"  # tokenizer + template with the Qwen tokens
 PROMPT_TEXT = "Describe this image in detail."
 
 
-def config_3b(ids):
+def config_qwen2_5_vl_3b(ids):
     from transformers import Qwen2_5_VLConfig
     text = dict(vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36,
                 num_attention_heads=16, num_key_value_heads=2, max_position_embeddings=128000, rms_norm_eps=1e-6,
@@ -45,22 +50,48 @@ def config_3b(ids):
     return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
 
 
-def make_checkpoint(path: Path):
+def config_qwen3_vl_4b(ids):
+    from transformers import Qwen3VLConfig
+    text = dict(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=262144,
+                rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 5e6,
+                                                    "mrope_section": [24, 20, 20], "mrope_interleaved": True},
+                bos_token_id=0, eos_token_id=2, tie_word_embeddings=True)
+    vision = dict(depth=24, hidden_size=1024, intermediate_size=4096, num_heads=16, out_hidden_size=2560,
+                  patch_size=16, num_position_embeddings=2304, deepstack_visual_indexes=[5, 11, 17],
+                  hidden_act="gelu_pytorch_tanh")
+    return Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+
+
+SHAPES = {
+    "qwen2.5-vl-3b": dict(title="Qwen2.5-VL-3B", fixture="qwen2_5_vl", config=config_qwen2_5_vl_3b,
+                          model="Qwen2_5_VLForConditionalGeneration", gates=False,
+                          size={"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384},
+                          checkpoint="qwen2.5-vl-3b-shaped"),
+    "qwen3-vl-4b": dict(title="Qwen3-VL-4B", fixture="qwen3_vl", config=config_qwen3_vl_4b,
+                        model="Qwen3VLForConditionalGeneration", gates=True,
+                        size={"shortest_edge": 65536, "longest_edge": 16777216},
+                        checkpoint="qwen3-vl-4b-shaped"),
+}
+
+
+def make_checkpoint(path: Path, shape):
     import torch
+    import transformers
     from safetensors.torch import save_file
-    from transformers import Qwen2_5_VLForConditionalGeneration
+    tiny = ROOT / "tests" / "data" / "vlm" / shape["fixture"]  # tokenizer + template with the Qwen tokens
     path.mkdir(parents=True, exist_ok=True)
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json"):
-        shutil.copy(TINY / f, path / f)
-    proc = json.loads((TINY / "preprocessor_config.json").read_text())
-    proc["size"] = {"shortest_edge": 56 * 56, "longest_edge": 28 * 28 * 16384}  # the Hub's bounds
+        shutil.copy(tiny / f, path / f)
+    proc = json.loads((tiny / "preprocessor_config.json").read_text())
+    proc["size"] = shape["size"]  # the Hub's bounds
     (path / "preprocessor_config.json").write_text(json.dumps(proc, indent=1))
-    tiny = json.loads((TINY / "config.json").read_text())
-    ids = {k: tiny[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
-    cfg = config_3b(ids)
+    tiny_cfg = json.loads((tiny / "config.json").read_text())
+    ids = {k: tiny_cfg[k] for k in ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
+    cfg = shape["config"](ids)
     cfg.save_pretrained(path)
     with torch.device("meta"):
-        model = Qwen2_5_VLForConditionalGeneration(cfg)
+        model = getattr(transformers, shape["model"])(cfg)
     g = torch.Generator().manual_seed(0)
     shard, shard_bytes, index, n = {}, 0, {}, 0
 
@@ -95,39 +126,66 @@ def make_checkpoint(path: Path):
     (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 0]}))
 
 
-def bench_trimkv(path: Path, image: Path, n_new, threads, binary):
-    # Peak RSS of loading: a child's ru_maxrss, read with wait4 so it is this process alone.
-    pid = os.fork()
-    if pid == 0:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 1)
-        os.execv(binary, [binary, "info", "--model", str(path)])
-    _, status, usage = os.wait4(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, "trimkv info failed"
-    load_rss = usage.ru_maxrss / 1024
-    out = subprocess.run([binary, "generate", "--model", str(path), "--prompt", "<image>" + PROMPT_TEXT, "--image",
-                          str(image), "--max-new-tokens", str(n_new), "--ignore-eos", "--threads", str(threads),
-                          "--json"], check=True, capture_output=True, text=True)
-    j = json.loads(out.stdout)
-    return j["prefill_ms"] / 1000, (n_new - 1) / (j["decode_ms"] / 1000), j["prompt_tokens"], load_rss
-
-
-def bench_hf(path: Path, image: Path, n_new, threads):
+def make_released_gates(path: Path):
+    """trimkv_weights.pth as the authors' code saves it: the state dict's retention-gate entries,
+    linear3/bias of layer 0 repeated under every layer (tie_retention_gate_layers)."""
     import torch
+    cfg = json.loads((path / "config.json").read_text())["text_config"]
+    d, layers, heads, width = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_key_value_heads"], 512
+    g = torch.Generator().manual_seed(1)
+    w3, bias = torch.randn(heads, width, generator=g) * 0.02, torch.full((heads,), 10.0)
+    state = {}
+    for l in range(layers):
+        p = f"model.language_model.layers.{l}.self_attn.retention_gate."
+        state[p + "linear1.weight"] = torch.randn(width, d, generator=g) * 0.02
+        state[p + "linear1.bias"] = torch.zeros(width)
+        state[p + "linear2.weight"] = torch.randn(width, width, generator=g) * 0.02
+        state[p + "linear2.bias"] = torch.zeros(width)
+        state[p + "linear3.weight"] = w3
+        state[p + "bias"] = bias
+    torch.save(state, path / "trimkv_weights.pth")
+
+
+def run_measured(argv):
+    """Runs a child; returns (stdout, its peak RSS in MB, read with wait4 so it is that child alone)."""
+    with open(os.devnull, "wb") as devnull:
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=devnull)
+        out = p.stdout.read()
+        _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    assert p.returncode == 0, f"{argv[:2]} failed ({p.returncode})"
+    return out.decode(), usage.ru_maxrss / 1024
+
+
+def bench_trimkv(path: Path, image: Path, n_new, threads, binary, extra):
+    out, rss = run_measured([binary, "generate", "--model", str(path), "--prompt", "<image>" + PROMPT_TEXT,
+                             "--image", str(image), "--max-new-tokens", str(n_new), "--ignore-eos",
+                             "--threads", str(threads), "--json"] + extra)
+    j = json.loads(out)
+    return dict(ttft=j["prefill_ms"] / 1000, decode=(n_new - 1) / (j["decode_ms"] / 1000),
+                prompt=j["prompt_tokens"], kv_bytes=j["kv_bytes"], rss=rss, events=j.get("eviction_events", 0))
+
+
+def bench_hf(path: Path, image: Path, n_new, threads, shape):
+    import torch
+    import transformers
     from PIL import Image
-    from transformers import PreTrainedTokenizerFast, Qwen2_5_VLForConditionalGeneration
+    from transformers import PreTrainedTokenizerFast
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     torch.set_num_threads(threads)
     tok = PreTrainedTokenizerFast.from_pretrained(str(path))
     proc = json.loads((path / "preprocessor_config.json").read_text())
-    ip = Qwen2VLImageProcessorPil(min_pixels=proc["size"]["shortest_edge"], max_pixels=proc["size"]["longest_edge"])
-    model = Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), attn_implementation="eager",
-                                                               dtype=torch.float32).eval()
+    ip = Qwen2VLImageProcessorPil(min_pixels=proc["size"]["shortest_edge"], max_pixels=proc["size"]["longest_edge"],
+                                  patch_size=proc["patch_size"], merge_size=proc["merge_size"],
+                                  image_mean=proc["image_mean"], image_std=proc["image_std"])
+    model = getattr(transformers, shape["model"]).from_pretrained(str(path), attn_implementation="eager",
+                                                                 dtype=torch.float32).eval()
     image_id = model.config.image_token_id
+    merge = proc["merge_size"] ** 2
 
     def inputs():
         r = ip(images=[Image.open(image)], return_tensors="pt")
-        n = int(r["image_grid_thw"].prod()) // 4
+        n = int(r["image_grid_thw"].prod()) // merge
         text = "<|vision_start|>" + "<|image_pad|>" * n + "<|vision_end|>" + PROMPT_TEXT
         enc = tok([text], return_tensors="pt", add_special_tokens=False)
         return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
@@ -148,53 +206,76 @@ def bench_hf(path: Path, image: Path, n_new, threads):
         clock = Clock()
         t0 = time.perf_counter()
         x = inputs()
-        model.generate(**x, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, eos_token_id=None,
-                       pad_token_id=0, streamer=clock)
+        out = model.generate(**x, max_new_tokens=n_new, min_new_tokens=n_new, do_sample=False, eos_token_id=None,
+                             pad_token_id=0, streamer=clock, return_dict_in_generate=True)
     # times[0]: the prompt; times[1]: the first new token; times[-1]: the last one (one generate
     # call: the first token's time and the decode rate come from the same run, as trimkv's do).
     assert len(clock.times) == n_new + 1, len(clock.times)
     ttft = clock.times[1] - t0
     total = clock.times[-1] - t0
-    return ttft, (n_new - 1) / max(total - ttft, 1e-9), x["input_ids"].shape[1]
+    cache = out.past_key_values
+    kv = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    return dict(ttft=ttft, decode=(n_new - 1) / max(total - ttft, 1e-9), prompt=x["input_ids"].shape[1],
+                kv_bytes=kv, rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--new", type=int, default=16)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-vl-3b")
+    ap.add_argument("--new", type=int, default=None, help="tokens to decode (default 16 for 3B, 256 for 4B)")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--skip-hf", action="store_true", help="trimkv and the loading memory only")
-    ap.add_argument("--checkpoint", default=str(Path.home() / ".cache/trimkv/bench/qwen2.5-vl-3b-shaped"))
+    ap.add_argument("--skip-hf", action="store_true", help="trimkv only")
+    ap.add_argument("--checkpoint", default=None, help="folder of the random checkpoint (default ~/.cache/trimkv/bench/...)")
     ap.add_argument("--binary", default=str(ROOT / "build" / "app" / "trimkv"))
     args = ap.parse_args()
-    path = Path(args.checkpoint)
+    shape = SHAPES[args.shape]
+    n_new = args.new or (256 if shape["gates"] else 16)
+    path = Path(args.checkpoint or Path.home() / ".cache/trimkv/bench" / shape["checkpoint"])
     if not (path / "model.safetensors.index.json").exists():
         shutil.rmtree(path, ignore_errors=True)
-        make_checkpoint(path)
+        make_checkpoint(path, shape)
+    if shape["gates"] and not (path / "trimkv_weights.pth").exists():
+        make_released_gates(path)
     image = path / "bench_1024x768.png"
     if not image.exists():
         make_image(image, 1024, 768)
     index = json.loads((path / "model.safetensors.index.json").read_text())
     bf16_bytes = index["metadata"]["total_size"]
     f32_mb = bf16_bytes * 2 / 2**20
-    tk = bench_trimkv(path, image, args.new, args.threads, args.binary)
-    print(f"Qwen2.5-VL-3B-shaped random checkpoint, bf16 on disk ({bf16_bytes / 2**30:.2f} GiB)\n")
-    print("| loading | MB |\n|---|---:|")
-    print(f"| float32 size of the weights | {f32_mb:,.0f} |")
-    print(f"| trimkv peak RSS while loading (`trimkv info`) | {tk[3]:,.0f} |")
-    print(f"| bound 1.2 x f32 + 200 MB | {1.2 * f32_mb + 200:,.0f} |\n")
-    print(f"One 1024x768 image ({tk[2]} prompt tokens), float32 compute, {args.new} new tokens, "
-          f"{args.threads} threads\n")
-    print("| runtime | time to first token (s) | decode tok/s |\n|---|---:|---:|")
+    print(f"{shape['title']}-shaped random checkpoint, bf16 on disk ({bf16_bytes / 2**30:.2f} GiB)\n")
+    if not shape["gates"]:
+        _, load_rss = run_measured([args.binary, "info", "--model", str(path)])
+        print("| loading | MB |\n|---|---:|")
+        print(f"| float32 size of the weights | {f32_mb:,.0f} |")
+        print(f"| trimkv peak RSS while loading (`trimkv info`) | {load_rss:,.0f} |")
+        print(f"| bound 1.2 x f32 + 200 MB | {1.2 * f32_mb + 200:,.0f} |\n")
+    rows = [("trimkv, full cache", "trimkv full", bench_trimkv(path, image, n_new, args.threads, args.binary,
+                                                ["--gates", "none"] if shape["gates"] else []))]
+    if shape["gates"]:
+        budget = round(0.25 * (rows[0][2]["prompt"] + n_new))
+        rows.append((f"trimkv, dbtrimkv at 25% (budget {budget} per KV head, released-layout gates)",
+                     "trimkv dbtrimkv 25%", bench_trimkv(path, image, n_new, args.threads, args.binary,
+                                  ["--gates", str(path / "trimkv_weights.pth"), "--policy", "dbtrimkv",
+                                   "--budget", str(budget)])))
     if not args.skip_hf:
         import torch
         import transformers
-        hf = bench_hf(path, image, args.new, args.threads)
-        assert hf[2] == tk[2], f"prompt lengths differ: transformers {hf[2]}, trimkv {tk[2]}"
-        print(f"| transformers {transformers.__version__} eager, slow processor (torch {torch.__version__}) "
-              f"| {hf[0]:.1f} | {hf[1]:.2f} |")
-    print(f"| trimkv | {tk[0]:.1f} | {tk[1]:.2f} |")
+        hf = bench_hf(path, image, n_new, args.threads, shape)
+        assert hf["prompt"] == rows[0][2]["prompt"], f"prompt lengths differ: transformers {hf['prompt']}, trimkv {rows[0][2]['prompt']}"
+        rows.insert(0, (f"transformers {transformers.__version__} eager, full cache (torch {torch.__version__})",
+                        "transformers", hf))
+    print(f"One 1024x768 image ({rows[0][2]['prompt']} prompt tokens), float32 compute, {n_new} new tokens, "
+          f"{args.threads} threads\n")
+    print("| runtime | time to first token (s) | decode tok/s | KV held at the end (MB) | peak RSS (MB) |")
+    print("|---|---:|---:|---:|---:|")
+    for label, _, r in rows:
+        print(f"| {label} | {r['ttft']:.1f} | {r['decode']:.2f} | {r['kv_bytes'] / 2**20:,.1f} | {r['rss']:,.0f} |")
     if not args.skip_hf:
-        print(f"| ratio trimkv / transformers | {tk[0] / hf[0]:.2f}x | {tk[1] / hf[1]:.2f}x |")
+        ref = rows[0][2]
+        for _, short, r in rows[1:]:
+            print(f"| ratio {short} / transformers | {r['ttft'] / ref['ttft']:.2f}x | "
+                  f"{r['decode'] / ref['decode']:.2f}x | {r['kv_bytes'] / ref['kv_bytes']:.2f}x | "
+                  f"{r['rss'] / ref['rss']:.2f}x |")
 
 
 if __name__ == "__main__":
