@@ -1,6 +1,7 @@
 #include "args.h"
 
 #include "trimkv/core/default_model.h"
+#include "trimkv/core/engine.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/hf_cache.h"
 
@@ -108,6 +109,22 @@ std::vector<TemplateVar> parse_template_vars(const Args& args) {
     }
   }
   return vars;
+}
+
+OptionSpec weights_option() {
+  return {"weights", "FMT",
+          "hold the weight matrices as f32, bf16, f16, q8 (llama.cpp q8_0 blocks) or q4 (q4_0) (default: the "
+          "checkpoint's own dtype for bf16/f16 files, f32 otherwise)"};
+}
+
+std::string weights_arg(const Args& args) {
+  const std::string w = args.get("weights");
+  try {
+    check_weights_option(w);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return w;
 }
 
 std::string format_duration(double s) {

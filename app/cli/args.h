@@ -49,6 +49,11 @@ class Args {
 // The repeatable --template-var NAME=VALUE options (UsageError naming a malformed one).
 std::vector<TemplateVar> parse_template_vars(const Args& args);
 
+// --weights FMT (how the model's weight matrices are held), shared by the model-loading
+// commands; weights_arg() checks it before the (slow) model load (UsageError naming it).
+OptionSpec weights_option();
+std::string weights_arg(const Args& args);
+
 // "12m05s" / "1h02m" for progress lines.
 std::string format_duration(double seconds);
 

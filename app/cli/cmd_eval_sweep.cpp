@@ -140,6 +140,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"max-new-tokens", "N", "answer length limit in tokens (default 8)"},
       {"threads", "N", "CPU threads (default: the library's)"},
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
+      weights_option(),
       {"quiet", "", "no progress on stderr"},
       {"help", "", "show this help"},
   };
@@ -222,6 +223,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     EngineOptions options;
     options.threads = args.get_int("threads", 0);
     options.gates = args.get("gates");
+    options.weights = weights_arg(args);
     engine = vision::ChatEngine::load(model, options);
   }
   g_sweep_cancel.store(false);

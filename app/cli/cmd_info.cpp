@@ -40,6 +40,7 @@ int cmd_info(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) (default: the embedded demo model)"},
       {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
+      weights_option(),
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
   };
@@ -51,9 +52,11 @@ int cmd_info(int argc, char** argv, int first) {
   const std::string dir = args.model_dir();
   if (args.has("gates")) return describe_gates(dir, args.get("gates"), args.flag("json"));
   // Vision-language checkpoints load through the VLM family registry; others as text models.
+  EngineOptions options;
+  options.weights = weights_arg(args);
   std::unique_ptr<vision::ChatEngine> vlm;
-  if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir);
-  const ModelInfo i = vlm ? vlm->info() : Engine::load(dir)->info();
+  if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir, options);
+  const ModelInfo i = vlm ? vlm->info() : Engine::load(dir, options)->info();
   nlohmann::json j = {
       {"dir", i.dir}, {"architecture", i.architecture}, {"model_type", i.model_type},
       {"family", i.family}, {"dtype", i.weight_dtype}, {"weight_bytes", i.weight_bytes},
@@ -64,7 +67,8 @@ int cmd_info(int argc, char** argv, int first) {
       {"tie_word_embeddings", i.tie_word_embeddings}, {"rope_type", i.rope_type},
       {"rope_theta", i.rope_theta}, {"tokenizer", i.has_tokenizer},
       {"tokenizer_vocab_size", i.tokenizer_vocab_size}, {"eos_token_ids", i.eos_token_ids},
-      {"kv_bytes_per_token", i.kv_bytes_per_token}};
+      {"kv_bytes_per_token", i.kv_bytes_per_token}, {"weights_held", i.weights_held},
+      {"weights_held_bytes", i.weights_held_bytes}, {"weight_notes", i.weight_notes}, {"kernel_isa", i.kernel_isa}};
   // The chat template, as conversations will use it (a broken one is reported, not fatal here).
   std::string chat_template = "none (raw prompts only)";
   try {
@@ -93,7 +97,8 @@ int cmd_info(int argc, char** argv, int first) {
             << "architecture   " << i.architecture << " (model_type " << i.model_type << ")\n"
             << "family         " << i.family << ": " << i.family_description << "\n"
             << "weights        " << i.parameters << " parameters, stored as " << i.weight_dtype
-            << " (" << i.weight_bytes / (1024.0 * 1024.0) << " MiB), computed in float32\n"
+            << " (" << i.weight_bytes / (1024.0 * 1024.0) << " MiB), held as " << i.weights_held << " ("
+            << i.weights_held_bytes / (1024.0 * 1024.0) << " MiB; " << i.kernel_isa << " kernels), activations float32\n"
             << "layers         " << i.n_layer << ", hidden " << i.hidden_size << ", MLP "
             << i.intermediate_size << "\n"
             << "attention      " << i.n_head << " heads, " << i.n_kv_head << " KV heads, head_dim "
@@ -106,6 +111,7 @@ int cmd_info(int argc, char** argv, int first) {
             << (i.has_tokenizer ? "tokenizer.json, " + std::to_string(i.tokenizer_vocab_size) + " ids" : "none")
             << "\n"
             << "chat template  " << chat_template << "\n";
+  for (const std::string& note : i.weight_notes) std::cout << "note           " << note << "\n";
   if (vlm) {
     const vision::VisionInfo v = vlm->vision_info();
     std::cout << "vision         " << v.n_layer << " layers, hidden " << v.hidden_size << ", " << v.n_head

@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   parser.addOption(modelOpt);
   parser.addOption(shotOpt);
   parser.addOption(threadsOpt);
+  const QCommandLineOption weightsOpt(QStringLiteral("weights"),
+                                      QStringLiteral("Hold the weights as f32, bf16, f16, q8 or q4 (default: the checkpoint's own bf16/f16, else f32)."),
+                                      QStringLiteral("FMT"));
+  parser.addOption(weightsOpt);
   const QCommandLineOption budgetOpt(QStringLiteral("budget"),
                                      QStringLiteral("KV entries per head the model's default policy starts at."),
                                      QStringLiteral("M"));
@@ -73,7 +77,15 @@ int main(int argc, char** argv) {
   const int threads = count(threadsOpt, "a whole number >= 0");
   const int budget = count(budgetOpt, "a whole number of entries per head");
   if (threads < 0 || budget < 0) return 2;
+  const QString weights = parser.value(weightsOpt);
+  try {
+    trimkv::check_weights_option(weights.toStdString());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "trimkv-studio: %s\n", e.what());
+    return 2;
+  }
   if (threads > 0) window.setThreads(threads);
+  if (!weights.isEmpty()) window.setWeights(weights);
   if (budget > 0) window.setStartBudget(budget);
   const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
   const QString ownText = parser.value(promptOpt);
@@ -92,8 +104,9 @@ int main(int argc, char** argv) {
     return app.exec();
   }
 
-  window.restoreSettings();  // a stored thread count or budget yields to --threads / --budget
+  window.restoreSettings();  // a stored thread count, precision or budget yields to --threads / --weights / --budget
   if (threads > 0) window.setThreads(threads);
+  if (!weights.isEmpty()) window.setWeights(weights);
   if (budget > 0) window.setStartBudget(budget);
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());
   window.show();

@@ -3,6 +3,7 @@
 #include "model_picker.h"
 
 #include <QAction>
+#include <QActionGroup>
 #include <QCheckBox>
 #include <QCloseEvent>
 #include <QDockWidget>
@@ -155,6 +156,31 @@ void MainWindow::buildMenus() {
   QAction* noGates = gates->addAction(tr("&None"));
   noGates->setToolTip(tr("Reload the model without gates (dbtrimkv and trimkv then cannot run)"));
   connect(noGates, &QAction::triggered, this, [this] { openModel(m_model.dir, QStringLiteral("none")); });
+  QMenu* precision = file->addMenu(tr("Weight &precision"));
+  precision->setObjectName(QStringLiteral("weightsMenu"));
+  precision->setToolTipsVisible(true);
+  m_weightsGroup = new QActionGroup(this);
+  for (const auto& [value, label, tip] :
+       {std::tuple{"", tr("The checkpoint's &own"), tr("bf16 / f16 checkpoints stay in their dtype, f32 ones in f32")},
+        std::tuple{"f32", tr("f&32"), tr("float32: exact, 4 bytes per weight")},
+        std::tuple{"bf16", tr("&bf16"), tr("bfloat16: 2 bytes per weight")},
+        std::tuple{"f16", tr("f&16"), tr("float16: 2 bytes per weight")},
+        std::tuple{"q8", tr("q&8"), tr("8-bit blocks of 32 (llama.cpp q8_0): 1.06 bytes per weight")},
+        std::tuple{"q4", tr("q&4"), tr("4-bit blocks of 32 (llama.cpp q4_0): 0.56 bytes per weight")}}) {
+    QAction* a = precision->addAction(label);
+    a->setCheckable(true);
+    a->setData(QString::fromLatin1(value));
+    a->setToolTip(tip + tr(" (reloads the model)"));
+    a->setObjectName(QStringLiteral("weights_%1").arg(value[0] ? QString::fromLatin1(value) : QStringLiteral("own")));
+    m_weightsGroup->addAction(a);
+    a->setChecked(value[0] == 0);
+  }
+  connect(m_weightsGroup, &QActionGroup::triggered, this, [this](QAction* a) {
+    if (a->data().toString() == m_weights) return;
+    setWeights(a->data().toString());
+    if (m_persist) QSettings().setValue(QStringLiteral("compute/weights"), m_weights);
+    if (m_hasModel) openModel(m_model.dir, m_model.gates);
+  });
   m_recentMenu = file->addMenu(tr("Open &recent model"));
   connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
   fillRecentMenu();
@@ -564,6 +590,7 @@ void MainWindow::connectWorker() {
   connect(m_worker, &SessionWorker::answerReplayed, this, &MainWindow::onAnswerReplayed, Qt::QueuedConnection);
   connect(this, &MainWindow::requestEviction, m_worker, &SessionWorker::setEviction, Qt::QueuedConnection);
   connect(this, &MainWindow::requestThreads, m_worker, &SessionWorker::setThreads, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestWeights, m_worker, &SessionWorker::setWeights, Qt::QueuedConnection);
   connect(this, &MainWindow::requestGenerationParams, m_worker, &SessionWorker::setGenerationParams,
           Qt::QueuedConnection);
   // Results: values, queued onto the GUI thread.
@@ -610,6 +637,7 @@ const QString kSystemPromptKey = QStringLiteral("chat/systemPrompt");
 const QString kBudgetUnitKey = QStringLiteral("eviction/budgetUnit");
 const QString kPolicyOptionsKey = QStringLiteral("eviction/options");
 const QString kThreadsKey = QStringLiteral("compute/threads");
+const QString kWeightsKey = QStringLiteral("compute/weights");
 }  // namespace
 
 void MainWindow::restoreSettings() {
@@ -623,6 +651,7 @@ void MainWindow::restoreSettings() {
   m_systemPanel->setText(s.value(kSystemPromptKey).toString());
   syncSystemPrompt();
   if (s.contains(kThreadsKey) && m_threads == 0) setThreads(s.value(kThreadsKey).toInt());
+  if (s.contains(kWeightsKey) && m_weights.isEmpty()) setWeights(s.value(kWeightsKey).toString());
   m_budgetFromSettings = s.contains(kBudgetKey);
   const int budget = s.value(kBudgetKey, kDefaultBudget).toInt();
   m_budget->setEntriesPerHead(budget);
@@ -900,6 +929,12 @@ void MainWindow::setThreads(int threads) {
 
 int MainWindow::threadsInUse() const { return m_worker->threadsInUse(); }
 
+void MainWindow::setWeights(const QString& weights) {
+  m_weights = weights;
+  for (QAction* a : m_weightsGroup->actions()) a->setChecked(a->data().toString() == weights);
+  Q_EMIT requestWeights(m_weights);
+}
+
 void MainWindow::setStartBudget(int entriesPerHead) {
   m_budget->setEntriesPerHead(entriesPerHead);
   m_budgetFromSettings = true;  // as if the user had chosen it
@@ -1105,15 +1140,18 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
   } catch (const std::exception&) {
     // No default model: this one is not it.
   }
-  m_modelLabel->setText(tr("Model: <b>%1</b>%2").arg(QFileInfo(model.dir).fileName(), builtIn));
-  m_modelLabel->setToolTip(tr("%1\n%2 (%3), %4 layers × %5 KV heads, %6 M parameters%7")
+  m_modelLabel->setText(tr("Model: <b>%1</b>%2 · %3")
+                            .arg(QFileInfo(model.dir).fileName(), builtIn, QString::fromStdString(i.weights_held)));
+  m_modelLabel->setToolTip(tr("%1\n%2 (%3), %4 layers × %5 KV heads, %6 M parameters held as %8 (%9 MiB)%7")
                                .arg(model.dir, QString::fromStdString(i.architecture),
                                     QString::fromStdString(i.family))
                                .arg(i.n_layer)
                                .arg(i.n_kv_head)
                                .arg(static_cast<double>(i.parameters) / 1e6, 0, 'f', 1)
                                .arg(i.gates_file.empty() ? tr(", no retention gates")
-                                                         : tr(", gates: %1").arg(QString::fromStdString(i.gates_kind))) +
+                                                         : tr(", gates: %1").arg(QString::fromStdString(i.gates_kind)))
+                               .arg(QString::fromStdString(i.weights_held))
+                               .arg(static_cast<double>(i.weights_held_bytes) / 1048576.0, 0, 'f', 1) +
                            (model.vision.takes_images() ? QString() : tr("\ntext model (no images)")) +
                            tr("\nchat template: %1").arg(model.chatTemplate.isEmpty() ? tr("none") : model.chatTemplate));
   m_policy->blockSignals(true);

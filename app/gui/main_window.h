@@ -21,6 +21,7 @@ class BudgetControl;
 class CompareWindow;
 class ConversationList;
 class EvaluateWindow;
+class QActionGroup;
 class QDockWidget;
 class QScrollArea;
 class TourPanel;
@@ -90,6 +91,10 @@ class MainWindow : public QMainWindow {
   // were trained for (--budget).
   void setStartBudget(int entriesPerHead);
   int threads() const { return m_threads; }
+  // How models hold their weights ("" = the checkpoint's own bf16/f16, else f32; f32, bf16, f16,
+  // q8, q4: --weights, File > Weight precision). Applies from the next load; the menu reloads.
+  void setWeights(const QString& weights);
+  const QString& weights() const { return m_weights; }
   int threadsInUse() const;
   static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
   // When the autosave file holds a conversation, asks (non-modal) whether to open it; autosaving
@@ -198,6 +203,7 @@ class MainWindow : public QMainWindow {
   void requestEviction(const trimkv::EvictionSettings& settings);
   void requestGenerationParams(const trimkv::GenerationParams& params);
   void requestThreads(int threads);
+  void requestWeights(const QString& weights);
   void requestTranscript();
   // To the analysis worker (queued).
   void requestCompare(const CompareRequest& request);
@@ -324,6 +330,8 @@ class MainWindow : public QMainWindow {
   QString m_autosaveFile;
   QComboBox* m_gridMode = nullptr;
   int m_threads = 0;
+  QString m_weights;
+  QActionGroup* m_weightsGroup = nullptr;
 
   ModelSummary m_model;
   bool m_hasModel = false;

@@ -51,6 +51,8 @@ void SessionWorker::setThreads(int threads) {
   m_threadsInUse.store(trimkv::set_compute_threads(m_threads));
 }
 
+void SessionWorker::setWeights(const QString& weights) { m_weights = weights; }
+
 void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   BusyScope<SessionWorker> busy(this);
   // OpenMP keeps the thread count per thread: this one's must be set here, not in main().
@@ -62,6 +64,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
     trimkv::EngineOptions options;
     options.gates = gates.toStdString();
     options.template_vars = m_templateVars;
+    options.weights = m_weights.toStdString();
     engine = ChatEngine::load(dir.toStdString(), options);
   } catch (const std::exception& e) {
     Q_EMIT errorOccurred(gates.isEmpty() ? tr("Cannot open the model") : tr("Cannot open the model with these gates"),

@@ -89,6 +89,9 @@ class SessionWorker : public QObject {
   void setGenerationParams(const trimkv::GenerationParams& params);
   // CPU threads for the model's math (0 = every core, the default), set on the worker thread.
   void setThreads(int threads);
+  // How the next model loaded holds its weights ("" = the checkpoint's own bf16/f16, else f32;
+  // f32, bf16, f16, q8, q4).
+  void setWeights(const QString& weights);
 
  Q_SIGNALS:
   void busyChanged(bool busy);
@@ -156,6 +159,7 @@ class SessionWorker : public QObject {
   bool m_autosaveFailed = false;  // reported already
   std::atomic<bool> m_cancel{false};
   int m_threads = 0;                    // the setting (0 = every core)
+  QString m_weights;                    // weight precision for loads ("" = the checkpoint's)
   std::atomic<int> m_threadsInUse{0};   // what the worker thread uses
   // The stream's positions as last read (ChatEngine::tokens), shared with the frames sent.
   std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;

@@ -5,10 +5,16 @@
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
+#include "trimkv/kernels/linear.h"
 
 namespace trimkv {
 
+void check_weights_option(const std::string& weights) {
+  if (!weights.empty()) (void)resolve_weight_format(weights, DType::F32);
+}
+
 void apply_engine_options(const EngineOptions& options) {
+  check_weights_option(options.weights);
   TRIMKV_CHECK(options.threads >= 0, Input, "threads must be >= 0, got ", options.threads);
   TRIMKV_CHECK(options.prefill_chunk > 0, Input, "prefill chunk must be > 0, got ", options.prefill_chunk);
   TRIMKV_CHECK(options.block_size > 0, Input, "block size must be > 0, got ", options.block_size);
@@ -40,6 +46,10 @@ ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
   i.weight_dtype = dtype_name(m.weight_dtype);
   i.weight_bytes = static_cast<int64_t>(m.weight_bytes);
   i.parameters = m.decoder->parameter_count();
+  i.weights_held = kernels::weight_format_name(m.weight_format);
+  i.weights_held_bytes = m.decoder->weight_bytes();
+  i.weight_notes = m.weight_notes;
+  i.kernel_isa = kernels::lowp_kernel_isa();
   i.n_layer = c.n_layer;
   i.hidden_size = c.hidden_size;
   i.intermediate_size = c.intermediate_size;

@@ -10,6 +10,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "gemv_lowp.h"
+#include "trimkv/kernels/weight_format.h"
+
 namespace trimkv::kernels {
 
 namespace {
@@ -46,23 +49,46 @@ void linear_rows_cpu(const float* x, int64_t x_stride, const float* w, const flo
   });
 }
 
-at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  check(x.dim() == 2 && w.dim() == 2, "x and w must be 2-D");
-  check(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "float32 only");
+namespace {
+
+void check_operands(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  check(x.dim() == 2, "x must be 2-D");
+  check(x.scalar_type() == at::kFloat, "x must be float32");
   check(x.device().is_cpu() && w.device().is_cpu(), "CPU tensors only");
-  check(x.size(1) == w.size(1), "x has " + std::to_string(x.size(1)) + " columns, w has " +
-                                    std::to_string(w.size(1)));
+  try {
+    (void)format_of(w);
+  } catch (const std::invalid_argument& e) {
+    check(false, e.what());
+  }
+  check(x.size(1) == weight_cols(w), "x has " + std::to_string(x.size(1)) + " columns, w has " +
+                                         std::to_string(weight_cols(w)));
   check(w.is_contiguous(), "w must be contiguous");
   check(!b.defined() || (b.dim() == 1 && b.size(0) == w.size(0) && b.is_contiguous() &&
                          b.scalar_type() == at::kFloat),
         "b must be [out] float32 contiguous");
+}
+
+}  // namespace
+
+at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  check_operands(x, w, b);
   at::Tensor xc = x.stride(1) == 1 ? x : x.contiguous();
   at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
-  linear_rows_cpu(xc.data_ptr<float>(), xc.stride(0), w.data_ptr<float>(),
-                  b.defined() ? b.data_ptr<float>() : nullptr, y.data_ptr<float>(), y.stride(0),
-                  x.size(0), x.size(1), w.size(0));
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  const WeightFormat f = format_of(w);
+  if (f == WeightFormat::F32) {
+    linear_rows_cpu(xc.data_ptr<float>(), xc.stride(0), w.data_ptr<float>(), bp, y.data_ptr<float>(), y.stride(0),
+                    x.size(0), x.size(1), w.size(0));
+  } else {
+    gemv_rows_lowp(f, xc.data_ptr<float>(), xc.stride(0), static_cast<const uint8_t*>(w.data_ptr()),
+                   weight_bytes(w) / std::max<int64_t>(1, w.size(0)), bp, y.data_ptr<float>(), y.stride(0),
+                   x.size(0), x.size(1), w.size(0));
+  }
   return y;
 }
+
+const char* lowp_kernel_isa() { return gemv_isa_name(); }
+bool force_lowp_kernel_isa(const std::string& name) { return force_gemv_isa(name); }
 
 bool have_fast_gemm() {
 #ifdef TRIMKV_HAVE_DNNL
@@ -72,31 +98,62 @@ bool have_fast_gemm() {
 #endif
 }
 
-at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-#ifdef TRIMKV_HAVE_DNNL
-  check(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "shapes do not match");
-  check(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat && x.device().is_cpu(),
-        "float32 CPU tensors only");
-  at::Tensor xc = x.contiguous(), wc = w.contiguous();
+namespace {
+
+// y[:, o0 : o0 + w.size(0)] (row stride ldy) = x wᵀ (+ b) for a float32 matrix w.
+void sgemm_into(const at::Tensor& x, const at::Tensor& w, const float* b, float* y, int64_t ldy) {
   const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
-  at::Tensor y = b.defined() ? b.expand({n, out}).contiguous() : at::empty({n, out}, x.options());
-  const dnnl_status_t st = dnnl_sgemm('N', 'T', n, out, in, 1.0f, xc.data_ptr<float>(), in,
-                                      wc.data_ptr<float>(), in, b.defined() ? 1.0f : 0.0f,
-                                      y.data_ptr<float>(), out);
+  if (b) {
+    for (int64_t r = 0; r < n; ++r) std::copy(b, b + out, y + r * ldy);
+  }
+#ifdef TRIMKV_HAVE_DNNL
+  const dnnl_status_t st = dnnl_sgemm('N', 'T', n, out, in, 1.0f, x.data_ptr<float>(), in, w.data_ptr<float>(), in,
+                                      b ? 1.0f : 0.0f, y, ldy);
   check(st == dnnl_success, "dnnl_sgemm failed with status " + std::to_string(int(st)));
-  return y;
 #else
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+  at::Tensor prod = at::mm(x, w.t());
+  at::Tensor dst = at::from_blob(y, {n, out}, {ldy, 1}, at::kFloat);
+  if (b) dst.add_(prod);
+  else dst.copy_(prod);
 #endif
 }
 
+// Rows of a low-precision matrix converted to float32 per GEMM: enough for the GEMM to run at
+// full speed, small enough to stay in the caches (~1 MiB).
+int64_t panel_rows(int64_t in) { return std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(in, 1)); }
+
+}  // namespace
+
+at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  check_operands(x, w, b);
+  const WeightFormat f = format_of(w);
+  at::Tensor xc = x.contiguous();
+  const int64_t n = x.size(0), out = w.size(0);
+  at::Tensor y = at::empty({n, out}, x.options());
+  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (f == WeightFormat::F32) {
+#ifdef TRIMKV_HAVE_DNNL
+    sgemm_into(xc, w, bp, y.data_ptr<float>(), out);
+    return y;
+#else
+    return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+#endif
+  }
+  const int64_t step = panel_rows(x.size(1));
+  for (int64_t o0 = 0; o0 < out; o0 += step) {
+    const int64_t o1 = std::min(out, o0 + step);
+    sgemm_into(xc, unpack_rows(w, o0, o1), bp ? bp + o0 : nullptr, y.data_ptr<float>() + o0, out);
+  }
+  return y;
+}
+
 at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
-  const bool plain = x.dim() == 2 && x.device().is_cpu() && x.scalar_type() == at::kFloat &&
-                     w.is_contiguous() &&
-                     !(x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad()));
+  const bool grad = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
+  const bool plain = x.dim() == 2 && x.device().is_cpu() && x.scalar_type() == at::kFloat && w.is_contiguous() && !grad;
   if (plain && x.size(0) <= kSmallBatchRows) return linear_rows(x, w, b);
   if (plain) return linear_gemm(x, w, b);
-  return b.defined() ? at::linear(x, w, b) : at::linear(x, w);
+  const at::Tensor wf = w.scalar_type() == at::kFloat && w.dim() == 2 ? w : unpack_weight(w);
+  return b.defined() ? at::linear(x, wf, b) : at::linear(x, wf);
 }
 
 }  // namespace trimkv::kernels

@@ -21,7 +21,7 @@ Needs the oracle environment (packaging/setup.sh --oracle), a built trimkv (pack
 ~9 GB of disk and ~20 GB of free memory (one runtime at a time).
 
 Usage: <venv>/bin/python tests/bench/bench_qwen_vl.py [--shape qwen2.5-vl-3b|qwen3-vl-4b] [--new N]
-       [--threads 2] [--skip-hf]
+       [--threads 2] [--weights f32,bf16] [--skip-hf]
 """
 import argparse
 import json
@@ -225,6 +225,7 @@ def main():
     ap.add_argument("--new", type=int, default=None, help="tokens to decode (default 16 for 3B, 256 for 4B)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip-hf", action="store_true", help="trimkv only")
+    ap.add_argument("--weights", default="f32", help="trimkv weight precisions, comma-separated (f32 = what transformers computes in)")
     ap.add_argument("--checkpoint", default=None, help="folder of the random checkpoint (default ~/.cache/trimkv/bench/...)")
     ap.add_argument("--binary", default=str(ROOT / "build" / "app" / "trimkv"))
     args = ap.parse_args()
@@ -249,14 +250,19 @@ def main():
         print(f"| float32 size of the weights | {f32_mb:,.0f} |")
         print(f"| trimkv peak RSS while loading (`trimkv info`) | {load_rss:,.0f} |")
         print(f"| bound 1.2 x f32 + 200 MB | {1.2 * f32_mb + 200:,.0f} |\n")
-    rows = [("trimkv, full cache", "trimkv full", bench_trimkv(path, image, n_new, args.threads, args.binary,
-                                                ["--gates", "none"] if shape["gates"] else []))]
-    if shape["gates"]:
-        budget = round(0.25 * (rows[0][2]["prompt"] + n_new))
-        rows.append((f"trimkv, dbtrimkv at 25% (budget {budget} per KV head, released-layout gates)",
-                     "trimkv dbtrimkv 25%", bench_trimkv(path, image, n_new, args.threads, args.binary,
-                                  ["--gates", str(path / "trimkv_weights.pth"), "--policy", "dbtrimkv",
-                                   "--budget", str(budget)])))
+    rows = []
+    for w in args.weights.split(","):
+        tag = f" ({w} weights)"
+        rows.append((f"trimkv{tag}, full cache", f"trimkv {w} full",
+                     bench_trimkv(path, image, n_new, args.threads, args.binary,
+                                  ["--weights", w] + (["--gates", "none"] if shape["gates"] else []))))
+        if shape["gates"]:
+            budget = round(0.25 * (rows[0][2]["prompt"] + n_new))
+            rows.append((f"trimkv{tag}, dbtrimkv at 25% (budget {budget} per KV head, released-layout gates)",
+                         f"trimkv {w} dbtrimkv 25%",
+                         bench_trimkv(path, image, n_new, args.threads, args.binary,
+                                      ["--weights", w, "--gates", str(path / "trimkv_weights.pth"), "--policy",
+                                       "dbtrimkv", "--budget", str(budget)])))
     if not args.skip_hf:
         import torch
         import transformers

@@ -4,6 +4,9 @@
 // answers 91.9% of this sample's 62 and 81.4% of its 469).
 #include <catch2/catch.hpp>
 
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_runner.h"
@@ -51,4 +54,57 @@ TEST_CASE("the demo model's accuracy on a fixed test sample", "[cli][demo][accur
   INFO("single-image " << single << " (" << n1 << " questions), multi-image " << multi << " (" << nm << ")");
   CHECK(single >= 0.90);
   CHECK(multi >= 0.80);
+}
+
+TEST_CASE("the demo model in bf16 / f16 answers as in f32; q8 / q4 keep its accuracy (full cache and DBTrimKV 25%)",
+          "[cli][demo][accuracy][weights]") {
+  trimkv::test::ScratchDir dir("demo-weights");
+  // The sample question with its picture: logits within 2e-2 of f32 and the same greedy answer.
+  const std::string image = trimkv::test::data_dir() + "/vlm/images/a.png";
+  auto answer = [&](const std::string& weights) {
+    const std::string logits = dir.file("logits-" + weights + ".bin");
+    const trimkv::test::CliRun r =
+        trimkv::test::run_cli({"generate", "--chat", "--prompt", "How many shapes are there?", "--image", image,
+                               "--max-new-tokens", "12", "--weights", weights, "--logits", logits, "--json"});
+    CAPTURE(weights, r.err);
+    REQUIRE(r.code == 0);
+    std::ifstream in(logits, std::ios::binary);
+    const std::vector<char> v((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<float> values(v.size() / sizeof(float));
+    std::memcpy(values.data(), v.data(), values.size() * sizeof(float));
+    return std::pair{nlohmann::json::parse(r.out).at("tokens").get<std::vector<int>>(), values};
+  };
+  const auto f32 = answer("f32");
+  for (const char* w : {"bf16", "f16"}) {
+    const auto low = answer(w);
+    CAPTURE(w);
+    REQUIRE(low.first == f32.first);
+    REQUIRE(low.second.size() == f32.second.size());
+    float worst = 0;
+    for (size_t i = 0; i < low.second.size(); ++i) worst = std::max(worst, std::abs(low.second[i] - f32.second[i]));
+    INFO("max |logit - f32| " << worst);
+    CHECK(worst < 2e-2f);
+  }
+  // Accuracy on the fixed 150-conversation sample (gold history): within 1 point of f32 for q8,
+  // 3 for q4, at full cache and at DBTrimKV with 25% of the full cache's peak entries (936 of
+  // 3,744; eval-sweep's 0.25 for this sample).
+  const trimkv::test::CliRun w =
+      trimkv::test::run_cli({"make-world", "--out", dir.path(), "--n", "150", "--seed", "2024", "--split", "test", "--quiet"});
+  REQUIRE(w.code == 0);
+  auto accuracy = [&](const std::string& weights, bool evict) {
+    std::vector<std::string> args = {"eval", "--data", dir.file("test.jsonl"), "--json", "--weights", weights};
+    if (evict) args.insert(args.end(), {"--policy", "dbtrimkv", "--global-budget", "936"});
+    const trimkv::test::CliRun r = trimkv::test::run_cli(args);
+    CAPTURE(weights, evict, r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out).at("accuracy").get<double>();
+  };
+  for (bool evict : {false, true}) {
+    const double base = accuracy("f32", evict);
+    for (const auto& [weights, points] : {std::pair{"q8", 1.0}, std::pair{"q4", 3.0}}) {
+      const double a = accuracy(weights, evict);
+      INFO(weights << (evict ? " dbtrimkv 25%" : " full") << ": " << a << " vs f32 " << base);
+      CHECK(a >= base - points / 100.0);
+    }
+  }
 }

@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|qwen2vl|demo ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|qwen2vl|quant|demo ...]"""
 import sys
 from pathlib import Path
 
@@ -10,7 +10,7 @@ DATA = HERE.parent / "data"
 
 
 def main(argv):
-    parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat", "qwen2vl"]
+    parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat", "qwen2vl", "quant"]
     if "tokenizers" in parts:
         import tokenizer_fixtures
         tokenizer_fixtures.main(DATA) if hasattr(tokenizer_fixtures, "main") else None
@@ -36,6 +36,9 @@ def main(argv):
         mrope_fixtures.main(DATA)
         import qwen2_vl_fixtures  # after "tokenizers" (its tokenizer extends the smollm2 one)
         qwen2_vl_fixtures.main(DATA)
+    if "quant" in parts:  # q8_0 / q4_0 blocks by the PyPI gguf package, bf16 / f16 roundings by torch
+        import quant_fixtures
+        quant_fixtures.main(DATA)
     if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
         import demo_fixtures
         demo_fixtures.main(DATA)

@@ -59,15 +59,25 @@ std::string text_weight_root(const WeightStore& ws) {
 }
 
 std::shared_ptr<TextDecoder> TextDecoder::load(const TextConfig& cfg, const TextFamily& family,
-                                               const WeightStore& ws) {
+                                               const WeightStore& ws, kernels::WeightFormat format,
+                                               std::vector<std::string>* notes) {
   const std::string root = text_weight_root(ws);
+  // A float32 matrix in the format asked, or bfloat16 where that format cannot hold it.
+  auto hold = [&](const at::Tensor& m, const std::string& what) {
+    if (format == kernels::WeightFormat::F32) return m;
+    if (kernels::format_fits(format, m.size(1))) return kernels::pack_weight(m, format);
+    if (notes)
+      notes->push_back(what + " (" + std::to_string(m.size(1)) + " wide, not a multiple of 32) is held in bf16, not " +
+                       kernels::weight_format_name(format));
+    return kernels::pack_weight(m, kernels::WeightFormat::BF16);
+  };
   DecoderWeights w;
-  w.embed = ws.load({root + "embed_tokens.weight"}, {cfg.vocab_size, cfg.hidden_size});
+  w.embed = hold(ws.load({root + "embed_tokens.weight"}, {cfg.vocab_size, cfg.hidden_size}), "the token embedding");
   w.final_norm = ws.load({root + "norm.weight"}, {cfg.hidden_size});
   if (cfg.tie_word_embeddings && !ws.find_any(kLmHeadNames)) {
     w.lm_head = w.embed;
   } else {
-    w.lm_head = ws.load(kLmHeadNames, {cfg.vocab_size, cfg.hidden_size});
+    w.lm_head = hold(ws.load(kLmHeadNames, {cfg.vocab_size, cfg.hidden_size}), "lm_head");
   }
   for (int64_t il = 0; il < cfg.n_layer; ++il) {
     const std::string prefix = root + "layers." + std::to_string(il) + ".";
@@ -80,7 +90,9 @@ std::shared_ptr<TextDecoder> TextDecoder::load(const TextConfig& cfg, const Text
     auto get = [&](LayerTensor r) { return t.count(r) ? t[r] : at::Tensor(); };
     DecoderLayerWeights lw;
     lw.attn_norm = get(LayerTensor::attn_norm);
-    lw.w_qkv = at::cat({get(LayerTensor::q), get(LayerTensor::k), get(LayerTensor::v)}, 0).contiguous();
+    const std::string layer = "layer " + std::to_string(il) + " ";
+    lw.w_qkv = hold(at::cat({get(LayerTensor::q), get(LayerTensor::k), get(LayerTensor::v)}, 0).contiguous(),
+                    layer + "q/k/v");
     const bool any_bias = t.count(LayerTensor::q_bias) || t.count(LayerTensor::k_bias) ||
                           t.count(LayerTensor::v_bias);
     if (any_bias) {
@@ -90,13 +102,13 @@ std::shared_ptr<TextDecoder> TextDecoder::load(const TextConfig& cfg, const Text
       lw.b_qkv = at::cat({bias_or_zero(LayerTensor::q_bias), bias_or_zero(LayerTensor::k_bias),
                           bias_or_zero(LayerTensor::v_bias)}, 0);
     }
-    lw.w_o = get(LayerTensor::o);
+    lw.w_o = hold(get(LayerTensor::o), layer + "o_proj");
     lw.b_o = get(LayerTensor::o_bias);
     lw.q_norm = get(LayerTensor::q_norm);
     lw.k_norm = get(LayerTensor::k_norm);
     lw.mlp_norm = get(LayerTensor::mlp_norm);
-    lw.w_gate_up = at::cat({get(LayerTensor::gate), get(LayerTensor::up)}, 0).contiguous();
-    lw.w_down = get(LayerTensor::down);
+    lw.w_gate_up = hold(at::cat({get(LayerTensor::gate), get(LayerTensor::up)}, 0).contiguous(), layer + "gate/up");
+    lw.w_down = hold(get(LayerTensor::down), layer + "down_proj");
     w.layers.push_back(std::move(lw));
   }
   return std::make_shared<TextDecoder>(cfg, family, std::move(w));
@@ -107,18 +119,40 @@ TextDecoder::TextDecoder(TextConfig cfg, const TextFamily& family, DecoderWeight
   TRIMKV_ASSERT(static_cast<int64_t>(m_w.layers.size()) == m_cfg.n_layer);
 }
 
+namespace {
+// Calls f on every weight tensor once (a tied lm_head is the embedding).
+template <class F>
+void for_each_weight(const DecoderWeights& w, F&& f) {
+  f(w.embed);
+  f(w.final_norm);
+  if (!w.lm_head.is_same(w.embed)) f(w.lm_head);
+  for (const auto& l : w.layers)
+    for (const at::Tensor* t : {&l.attn_norm, &l.w_qkv, &l.b_qkv, &l.w_o, &l.b_o, &l.q_norm, &l.k_norm, &l.mlp_norm,
+                                &l.w_gate_up, &l.w_down})
+      f(*t);
+}
+}  // namespace
+
 int64_t TextDecoder::parameter_count() const {
-  int64_t n = m_w.embed.numel() + m_w.final_norm.numel();
-  if (!m_w.lm_head.is_same(m_w.embed)) n += m_w.lm_head.numel();
-  for (const auto& l : m_w.layers)
-    for (const at::Tensor* t : {&l.attn_norm, &l.w_qkv, &l.b_qkv, &l.w_o, &l.b_o, &l.q_norm,
-                                &l.k_norm, &l.mlp_norm, &l.w_gate_up, &l.w_down})
-      if (t->defined()) n += t->numel();
+  int64_t n = 0;
+  for_each_weight(m_w, [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    // A matrix in a quantised format: rows x columns, not its bytes.
+    n += t.dim() == 3 && t.scalar_type() == at::kByte ? kernels::weight_rows(t) * kernels::weight_cols(t) : t.numel();
+  });
+  return n;
+}
+
+int64_t TextDecoder::weight_bytes() const {
+  int64_t n = 0;
+  for_each_weight(m_w, [&](const at::Tensor& t) {
+    if (t.defined()) n += t.numel() * static_cast<int64_t>(t.element_size());
+  });
   return n;
 }
 
 at::Tensor TextDecoder::embed(const at::Tensor& ids) const {
-  return at::embedding(m_w.embed, ids.to(at::kLong));
+  return kernels::gather_rows(m_w.embed, ids.to(at::kLong));
 }
 
 void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x_norm,

@@ -9,7 +9,19 @@ namespace fs = std::filesystem;
 
 namespace trimkv {
 
-TextModel load_text_model(const std::string& dir) {
+kernels::WeightFormat resolve_weight_format(const std::string& requested, DType stored) {
+  if (requested.empty())
+    return stored == DType::BF16 ? kernels::WeightFormat::BF16
+           : stored == DType::F16 ? kernels::WeightFormat::F16
+                                  : kernels::WeightFormat::F32;
+  try {
+    return kernels::parse_weight_format(requested);
+  } catch (const std::invalid_argument& e) {
+    TRIMKV_FAIL(Input, "--weights: ", e.what());
+  }
+}
+
+TextModel load_text_model(const std::string& dir, const ModelLoadOptions& options) {
   TRIMKV_CHECK(fs::is_directory(dir), Io, "model folder '", dir, "' does not exist");
   const std::string config_path = (fs::path(dir) / "config.json").string();
   TRIMKV_CHECK(fs::exists(config_path), Io, "model folder '", dir, "' has no config.json");
@@ -21,7 +33,8 @@ TextModel load_text_model(const std::string& dir) {
   const WeightStore weights = WeightStore::open_folder(dir);
   m.weight_dtype = weights.dominant_dtype();
   m.weight_bytes = weights.total_bytes();
-  m.decoder = TextDecoder::load(m.config, *m.family, weights);
+  m.weight_format = resolve_weight_format(options.weights, m.weight_dtype);
+  m.decoder = TextDecoder::load(m.config, *m.family, weights, m.weight_format, &m.weight_notes);
   m.weight_root = text_weight_root(weights);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {
     m.tokenizer = std::make_shared<Tokenizer>(Tokenizer::from_folder(dir));

@@ -221,10 +221,11 @@ class Idefics3Encoder final : public TextTurnEncoder {
   Idefics3TokenIds m_ids;
 };
 
-std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vector<TemplateVar>& vars) {
+std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vector<TemplateVar>& vars,
+                                        const ModelLoadOptions& options) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   auto m = std::make_shared<VlmModel>();
-  m->text = load_text_model(dir);
+  m->text = load_text_model(dir, options);
   TRIMKV_CHECK(m->text.tokenizer, Config, "vision-language checkpoint '", dir,
                "' has no tokenizer.json (its image tokens are needed)");
   Idefics3Config cfg = Idefics3Config::from_file(config_path);

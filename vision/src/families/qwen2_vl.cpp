@@ -326,7 +326,7 @@ at::Tensor qwen3_vl_position_embeddings(const at::Tensor& table, int64_t grid_h,
 QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int64_t grid_h, int64_t grid_w,
                                                  bool with_stats, const std::atomic<bool>* cancel) const {
   const QwenVisionConfig& c = m_cfg;
-  const int64_t m = c.merge_size, m2 = m * m, e = c.width, nh = c.n_head, hd = c.head_dim();
+  const int64_t m = c.merge_size, m2 = m * m, nh = c.n_head, hd = c.head_dim();
   const int64_t s = grid_h * grid_w;
   TRIMKV_CHECK(grid_h > 0 && grid_w > 0 && grid_h % m == 0 && grid_w % m == 0, Input, "a ", grid_h, "x", grid_w,
                " patch grid is not made of ", m, "x", m, " merge blocks");
@@ -426,10 +426,10 @@ namespace {
 }  // namespace
 
 std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector<TemplateVar>& vars,
-                                       const VlmFamily& family) {
+                                       const ModelLoadOptions& options, const VlmFamily& family) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   auto m = std::make_shared<VlmModel>();
-  m->text = load_text_model(dir);
+  m->text = load_text_model(dir, options);
   TRIMKV_CHECK(m->text.tokenizer, Config, "vision-language checkpoint '", dir,
                "' has no tokenizer.json (its image tokens are needed)");
   TRIMKV_CHECK(m->text.config.rope.multimodal(), Config, "'", config_path, "': the text decoder (model_type '",
@@ -480,8 +480,9 @@ std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector
 }
 
 namespace {
-std::shared_ptr<VlmModel> load_qwen2_vl(const std::string& dir, const std::vector<TemplateVar>& vars) {
-  return load_qwen_vl(dir, vars, qwen2_vl_family());
+std::shared_ptr<VlmModel> load_qwen2_vl(const std::string& dir, const std::vector<TemplateVar>& vars,
+                                        const ModelLoadOptions& options) {
+  return load_qwen_vl(dir, vars, options, qwen2_vl_family());
 }
 }  // namespace
 

@@ -10,8 +10,9 @@
 namespace trimkv::vision {
 
 namespace {
-std::shared_ptr<VlmModel> load_qwen3_vl(const std::string& dir, const std::vector<TemplateVar>& vars) {
-  return load_qwen_vl(dir, vars, qwen3_vl_family());
+std::shared_ptr<VlmModel> load_qwen3_vl(const std::string& dir, const std::vector<TemplateVar>& vars,
+                                        const ModelLoadOptions& options) {
+  return load_qwen_vl(dir, vars, options, qwen3_vl_family());
 }
 }  // namespace
 

@@ -23,7 +23,7 @@ struct VlmModel;
 // Loads a checkpoint of the Qwen-VL line (qwen2_vl.cpp): text model, tower, processor settings,
 // token ids checked against the tokenizer, the encoder; `family` names it in VisionInfo.
 std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector<TemplateVar>& vars,
-                                       const VlmFamily& family);
+                                       const ModelLoadOptions& options, const VlmFamily& family);
 
 std::shared_ptr<const TurnEncoder> make_qwen_vl_encoder(std::string dir, std::shared_ptr<Tokenizer> tokenizer,
                                                         LoadedChatFormat format, std::vector<TemplateVar> vars,

@@ -35,7 +35,8 @@ std::string family_for_model_type(const std::string& model_type) {
 
 bool is_vlm_checkpoint(const std::string& dir) { return find_family(checkpoint_model_type(dir)) != nullptr; }
 
-std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<TemplateVar>& template_vars) {
+std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<TemplateVar>& template_vars,
+                                   const ModelLoadOptions& options) {
   TRIMKV_CHECK(std::filesystem::is_directory(dir), Io, "model folder '", dir, "' does not exist");
   const std::string type = checkpoint_model_type(dir);
   const VlmFamily* f = find_family(type);
@@ -45,7 +46,7 @@ std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<Tem
     TRIMKV_FAIL(Unsupported, "'", dir, "' is not a vision-language checkpoint this program knows: model_type '",
                 type, "' (supported: ", known, ")");
   }
-  return f->load(dir, template_vars);
+  return f->load(dir, template_vars, options);
 }
 
 }  // namespace trimkv::vision

@@ -23,6 +23,10 @@ struct ModelInfo {
   std::string weight_dtype;   // as stored: F32, F16, BF16
   int64_t weight_bytes = 0;
   int64_t parameters = 0;
+  std::string weights_held;         // how the matrices are held in memory: f32, bf16, f16, q8, q4
+  int64_t weights_held_bytes = 0;   // bytes of every weight as held
+  std::vector<std::string> weight_notes;  // matrices held otherwise than asked, and why
+  std::string kernel_isa;           // what the low-precision kernels use on this CPU
   int64_t n_layer = 0, hidden_size = 0, intermediate_size = 0, n_head = 0, n_kv_head = 0,
           head_dim = 0, vocab_size = 0, max_position_embeddings = 0;
   bool tie_word_embeddings = false;
@@ -48,7 +52,13 @@ struct EngineOptions {
   std::string gates;
   // Chat-template variables (e.g. {"enable_thinking", "false"}) for conversations.
   std::vector<TemplateVar> template_vars;
+  // How the weight matrices are held (text_model.h ModelLoadOptions): "" = the checkpoint's own
+  // bf16/f16, else f32; or f32, bf16, f16, q8, q4.
+  std::string weights;
 };
+
+// Error{Input} naming `weights` unless it is "" or a weight format (f32, bf16, f16, q8, q4).
+void check_weights_option(const std::string& weights);
 
 // A retention-gates file checked against a model's config.json alone (no weights needed: the
 // released gates' real shapes against a config-only folder).

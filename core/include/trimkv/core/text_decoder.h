@@ -15,6 +15,7 @@
 #include "trimkv/core/layers.h"
 #include "trimkv/core/model_config.h"
 #include "trimkv/core/text_family.h"
+#include "trimkv/kernels/weight_format.h"
 
 namespace trimkv {
 
@@ -68,14 +69,20 @@ class TextDecoder {
  public:
   // Binds every tensor of `family` from `weights` (legacy and new name schemes accepted), checking
   // shapes against `cfg`. Errors name the tensor and file.
+  // The matrices (embedding, q/k/v/o, gate/up/down, lm_head) are held in `format`
+  // (kernels/weight_format.h), converted one layer at a time; a matrix the format cannot hold
+  // (quantised formats need widths divisible by 32) is held in bfloat16 and named in `notes`.
   static std::shared_ptr<TextDecoder> load(const TextConfig& cfg, const TextFamily& family,
-                                           const WeightStore& weights);
+                                           const WeightStore& weights,
+                                           kernels::WeightFormat format = kernels::WeightFormat::F32,
+                                           std::vector<std::string>* notes = nullptr);
   TextDecoder(TextConfig cfg, const TextFamily& family, DecoderWeights weights);
 
   const TextConfig& config() const { return m_cfg; }
   const TextFamily& family() const { return *m_family; }
   const DecoderWeights& weights() const { return m_w; }
   int64_t parameter_count() const;
+  int64_t weight_bytes() const;  // bytes held in memory by every weight (the stored formats)
 
   at::Tensor embed(const at::Tensor& ids /* [n] int64 */) const;  // -> [n, d]
 

@@ -8,6 +8,7 @@
 #include "trimkv/core/safetensors.h"
 #include "trimkv/core/text_decoder.h"
 #include "trimkv/core/tokenizer.h"
+#include "trimkv/kernels/weight_format.h"
 
 namespace trimkv {
 
@@ -20,10 +21,23 @@ struct TextModel {
   DType weight_dtype = DType::F32;        // as stored in the files
   size_t weight_bytes = 0;                // as stored in the files
   std::string weight_root;                // text_weight_root: e.g. "model.language_model." 
+  kernels::WeightFormat weight_format = kernels::WeightFormat::F32;  // how the matrices are held
+  std::vector<std::string> weight_notes;  // matrices held in another format than asked, and why
 };
+
+// How to hold a model's weight matrices: "" = the checkpoint's own dtype when it is bfloat16 or
+// float16, float32 otherwise; or one of f32, bf16, f16, q8, q4 (kernels/weight_format.h).
+// Norms, biases and everything outside the matrices stay float32.
+struct ModelLoadOptions {
+  std::string weights;
+};
+
+// The format `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming an
+// unknown format).
+kernels::WeightFormat resolve_weight_format(const std::string& requested, DType stored);
 
 // Loads `dir` (config.json, safetensors, optional generation_config.json and tokenizer.json).
 // Errors name the folder, file, field or tensor; nothing is half-loaded on failure.
-TextModel load_text_model(const std::string& dir);
+TextModel load_text_model(const std::string& dir, const ModelLoadOptions& options = {});
 
 }  // namespace trimkv

@@ -6,10 +6,14 @@
 // compiled for AVX-512, AVX2 and baseline x86-64 and picks the best at run time
 // (function multi-versioning), and splits the output rows over threads with at::parallel_for.
 // Larger batches (prefill) go to a GEMM (see linear_gemm).
+// Weights may be stored in any WeightFormat (weight_format.h): bfloat16 / float16 / q8_0 / q4_0
+// matrices get their own decode kernels (gemv_lowp_cpu.cpp) and, for prefill, are converted to
+// float32 one panel of rows at a time for the GEMM (never the whole matrix).
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 
 namespace trimkv::kernels {
 
@@ -21,8 +25,8 @@ constexpr int64_t kSmallBatchRows = 4;
 void linear_rows_cpu(const float* x, int64_t x_stride, const float* w, const float* b, float* y,
                      int64_t y_stride, int64_t n, int64_t in, int64_t out);
 
-// Validating launcher: x [n, in] float32 CPU (unit stride in the last axis), w [out, in]
-// contiguous float32, b [out] or undefined. Returns y [n, out].
+// Validating launcher: x [n, in] float32 CPU (unit stride in the last axis), w a contiguous
+// stored matrix of `in` columns (any WeightFormat), b [out] float32 or undefined. Returns y [n, out].
 at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
 // Matrix-matrix product for prefill-sized batches: oneDNN's sgemm when the build found oneDNN
@@ -30,9 +34,16 @@ at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // Same contract as linear_rows(); no autograd.
 at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 bool have_fast_gemm();  // whether linear_gemm() uses oneDNN
+// The instruction set the low-precision kernels use on this CPU ("avx512+vnni", "avx2+fma+f16c",
+// "portable").
+const char* lowp_kernel_isa();
+// For tests and benchmarks: use "avx512", "avx2" or "portable" kernels even where the CPU has
+// better ones ("" or "best": the CPU's best again). False (nothing changed) for an unknown name
+// or one this CPU cannot run.
+bool force_lowp_kernel_isa(const std::string& name);
 
 // Without autograd: linear_rows() for n <= kSmallBatchRows rows, linear_gemm() above;
-// with autograd (training): at::linear.
+// with autograd (training): at::linear (a low-precision w converted to float32 first).
 at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
 }  // namespace trimkv::kernels

@@ -24,15 +24,18 @@ struct VlmFamily {
   const char* name;                      // e.g. "idefics3"
   std::vector<std::string> model_types;  // config.json model_type values it serves
   const char* description;               // one line for `trimkv info`
-  // Loads the folder; `template_vars` go to its chat template (e.g. enable_thinking=false).
-  std::shared_ptr<VlmModel> (*load)(const std::string& dir, const std::vector<TemplateVar>& template_vars);
+  // Loads the folder; `template_vars` go to its chat template (e.g. enable_thinking=false),
+  // `options` say how the text decoder holds its weights.
+  std::shared_ptr<VlmModel> (*load)(const std::string& dir, const std::vector<TemplateVar>& template_vars,
+                                    const ModelLoadOptions& options);
 };
 
 // Whether <dir> holds a checkpoint of a registered VLM family.
 bool is_vlm_checkpoint(const std::string& dir);
 // Loads a VLM checkpoint. Error{Unsupported} naming the model_type and every VLM type known when
 // the folder is not one; other errors name the file, field or tensor.
-std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<TemplateVar>& template_vars = {});
+std::shared_ptr<VlmModel> load_vlm(const std::string& dir, const std::vector<TemplateVar>& template_vars = {},
+                                   const ModelLoadOptions& options = {});
 std::vector<std::string> supported_vlm_model_types();
 // The family that runs checkpoints of `model_type`: a VLM family's name, else the text decoder
 // family's, else "" (not supported).
