@@ -292,6 +292,7 @@ void MainWindow::buildToolbar() {
   bar->setMovable(false);
 
   m_modelLabel = new QLabel(tr("Model: (none)"), this);
+  m_modelLabel->setObjectName(QStringLiteral("modelLabel"));
   m_modelLabel->setTextInteractionFlags(Qt::TextSelectableByMouse);
   bar->addWidget(m_modelLabel);
   QAction* open = findChild<QAction*>(QStringLiteral("openModelAction"));

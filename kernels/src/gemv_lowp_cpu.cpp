@@ -87,22 +87,7 @@ inline float bf16_to_float(uint16_t v) {
 
 // ---- float formats -----------------------------------------------------------------------
 
-__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
-float dot_bf16_avx512(const float* x, const uint16_t* w, int64_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512 w0 = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i))), 16));
-    const __m512 w1 = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16))), 16));
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), w0, a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), w1, a1);
-  }
-  float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-  for (; i < n; ++i) s += x[i] * bf16_to_float(w[i]);
-  return s;
-}
+inline float widen16(uint16_t v, bool bf16) { return bf16 ? bf16_to_float(v) : half_to_float(v); }
 
 __attribute__((target("avx2,fma,f16c")))
 float hsum256(__m256 v) {
@@ -111,56 +96,54 @@ float hsum256(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-__attribute__((target("avx2,fma,f16c")))
-float dot_bf16_avx2(const float* x, const uint16_t* w, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m256 w0 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))), 16));
-    const __m256 w1 = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8))), 16));
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), w0, a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), w1, a1);
-  }
-  float s = hsum256(_mm256_add_ps(a0, a1));
-  for (; i < n; ++i) s += x[i] * bf16_to_float(w[i]);
-  return s;
+// 16 bfloat16 (bit shift) or float16 (F16C) values widened to float32.
+template <bool BF16>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+inline __m512 widen16_avx512(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  else return _mm512_cvtph_ps(h);
 }
 
+template <bool BF16>
+__attribute__((target("avx2,fma,f16c")))
+inline __m256 widen8_avx2(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  else return _mm256_cvtph_ps(h);
+}
+
+template <bool BF16>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
-float dot_f16_avx512(const float* x, const uint16_t* w, int64_t n) {
+float dot16_avx512(const float* x, const uint16_t* w, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
-    const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i + 16)));
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), w0, a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), w1, a1);
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), widen16_avx512<BF16>(w + i), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), widen16_avx512<BF16>(w + i + 16), a1);
   }
   float s = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-  for (; i < n; ++i) s += x[i] * half_to_float(w[i]);
+  for (; i < n; ++i) s += x[i] * widen16(w[i], BF16);
   return s;
 }
 
+template <bool BF16>
 __attribute__((target("avx2,fma,f16c")))
-float dot_f16_avx2(const float* x, const uint16_t* w, int64_t n) {
+float dot16_avx2(const float* x, const uint16_t* w, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i)));
-    const __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i + 8)));
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), w0, a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), w1, a1);
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), widen8_avx2<BF16>(w + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), widen8_avx2<BF16>(w + i + 8), a1);
   }
   float s = hsum256(_mm256_add_ps(a0, a1));
-  for (; i < n; ++i) s += x[i] * half_to_float(w[i]);
+  for (; i < n; ++i) s += x[i] * widen16(w[i], BF16);
   return s;
 }
 
 float dot_16bit_portable(const float* x, const uint16_t* w, int64_t n, bool bf16) {
   float s = 0.0f;
-  for (int64_t i = 0; i < n; ++i) s += x[i] * (bf16 ? bf16_to_float(w[i]) : half_to_float(w[i]));
+  for (int64_t i = 0; i < n; ++i) s += x[i] * widen16(w[i], bf16);
   return s;
 }
 
@@ -238,10 +221,7 @@ float dot_q_vnni(const uint8_t* w, const QuantRow& x, int64_t nb) {
     const __m256 scale = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[b]);
     acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_dot_vnni(wl, xl)), acc);
   }
-  // The same reduction as hsum256 (same order: the results equal the AVX2 version's).
-  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  const __m128 t = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
+  return hsum256(acc);  // the AVX2 version's reduction: the same results
 }
 
 template <bool Q4>
@@ -323,8 +303,8 @@ void gemv_rows_lowp(WeightFormat f, const float* x, int64_t x_stride, const uint
       for (int64_t r = 0; r < n; ++r) {
         const float* xr = x + r * x_stride;
         float s;
-        if (which == Isa::Avx512) s = bf16 ? dot_bf16_avx512(xr, wr, in) : dot_f16_avx512(xr, wr, in);
-        else if (which == Isa::Avx2) s = bf16 ? dot_bf16_avx2(xr, wr, in) : dot_f16_avx2(xr, wr, in);
+        if (which == Isa::Avx512) s = bf16 ? dot16_avx512<true>(xr, wr, in) : dot16_avx512<false>(xr, wr, in);
+        else if (which == Isa::Avx2) s = bf16 ? dot16_avx2<true>(xr, wr, in) : dot16_avx2<false>(xr, wr, in);
         else s = dot_16bit_portable(xr, wr, in, bf16);
         y[r * y_stride + o] = s + (b ? b[o] : 0.0f);
       }

@@ -152,7 +152,10 @@ at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const bool plain = x.dim() == 2 && x.device().is_cpu() && x.scalar_type() == at::kFloat && w.is_contiguous() && !grad;
   if (plain && x.size(0) <= kSmallBatchRows) return linear_rows(x, w, b);
   if (plain) return linear_gemm(x, w, b);
-  const at::Tensor wf = w.scalar_type() == at::kFloat && w.dim() == 2 ? w : unpack_weight(w);
+  // A stored low-precision matrix is unpacked for at::linear; other dtypes (float64 in
+  // gradient checks) go as they are.
+  const bool stored_lowp = w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf || w.scalar_type() == at::kByte;
+  const at::Tensor wf = stored_lowp ? unpack_weight(w).to(x.scalar_type()) : w;
   return b.defined() ? at::linear(x, wf, b) : at::linear(x, wf);
 }
 

@@ -204,9 +204,10 @@ at::Tensor unpack_rows(const at::Tensor& w, int64_t r0, int64_t r1) {
 at::Tensor unpack_weight(const at::Tensor& w) { return unpack_rows(w, 0, w.size(0)); }
 
 at::Tensor gather_rows(const at::Tensor& w, const at::Tensor& ids) {
-  const WeightFormat f = format_of(w);
   const at::Tensor idx = ids.to(at::kLong).contiguous();
-  if (f == WeightFormat::F32) return at::embedding(w, idx);
+  // Plain float tables (float32, or float64 in gradient checks) as they are.
+  if (w.dim() == 2 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kDouble)) return at::embedding(w, idx);
+  const WeightFormat f = format_of(w);
   if (!is_quantized(f)) return at::embedding(w, idx).to(at::kFloat);
   at::Tensor rows = w.index_select(0, idx.view({-1})).contiguous();
   return unpack_weight(rows).view([&] {

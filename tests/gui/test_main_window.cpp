@@ -1635,6 +1635,41 @@ class MainWindowTest : public QObject {
     view.setAnswersOpenThinking(false);
     QVERIFY(!view.toPlainText().contains(QStringLiteral("Thinking")));
   }
+
+  void theWeightPrecisionMenuReloadsTheModelInThatFormat() {
+    // A second window: File > Weight precision > q8 reloads the model with its matrices in q8
+    // (the tooltip and the label say so), "the checkpoint's own" goes back to float32.
+    MainWindow w;
+    w.show();
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.openModel(QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/idefics3"));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(QString::fromStdString(w.model().info.weights_held), QStringLiteral("f32"));
+    const int64_t f32Bytes = w.model().info.weights_held_bytes;
+    auto* q8 = w.findChild<QAction*>(QStringLiteral("weights_q8"));
+    QVERIFY(q8);
+    q8->trigger();
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(w.weights(), QStringLiteral("q8"));
+    QCOMPARE(QString::fromStdString(w.model().info.weights_held), QStringLiteral("q8"));
+    QVERIFY(w.model().info.weights_held_bytes < f32Bytes / 3);
+    auto* label = w.findChild<QLabel*>(QStringLiteral("modelLabel"));
+    QVERIFY(label);
+    QVERIFY2(label->text().contains(QStringLiteral("q8")), qPrintable(label->text()));
+    // It answers in q8.
+    trimkv::GenerationParams params;
+    params.max_new_tokens = 4;
+    params.stop_at_eos = false;
+    w.setGenerationParams(params);
+    QSignalSpy finished(&w, &MainWindow::answerFinished);
+    w.sendTurn(QStringLiteral("What is this?"), {QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/images/a.png")});
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).value<TurnStats>().generatedTokens, int64_t{4});
+    w.findChild<QAction*>(QStringLiteral("weights_own"))->trigger();
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(QString::fromStdString(w.model().info.weights_held), QStringLiteral("f32"));
+    QVERIFY(w.findChild<QAction*>(QStringLiteral("weights_own"))->isChecked());
+  }
 };
 
 QTEST_MAIN(MainWindowTest)

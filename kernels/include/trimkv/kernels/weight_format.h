@@ -44,7 +44,8 @@ at::Tensor pack_weight(const at::Tensor& w, WeightFormat f);
 // Any stored matrix -> float32 [out, in] (rows [r0, r1) only when given).
 at::Tensor unpack_weight(const at::Tensor& w);
 at::Tensor unpack_rows(const at::Tensor& w, int64_t r0, int64_t r1);
-// Rows `ids` (int64 [n]) of a stored matrix as float32 [n, in]: the token-embedding lookup.
+// Rows `ids` (int64 [n]) of a stored matrix as float32 [n, in]: the token-embedding lookup
+// (a float64 table gives float64 rows).
 at::Tensor gather_rows(const at::Tensor& w, const at::Tensor& ids);
 
 // Raw block codecs (reference implementations, also used by the tests and the GGUF reader).
