@@ -18,7 +18,7 @@ void apply_engine_options(const EngineOptions& options) {
   TRIMKV_CHECK(options.threads >= 0, Input, "threads must be >= 0, got ", options.threads);
   TRIMKV_CHECK(options.prefill_chunk > 0, Input, "prefill chunk must be > 0, got ", options.prefill_chunk);
   TRIMKV_CHECK(options.block_size > 0, Input, "block size must be > 0, got ", options.block_size);
-  if (options.threads > 0) set_compute_threads(options.threads);
+  set_compute_threads(options.threads);  // 0: every hardware thread, as the CLI help and the Studio say
 }
 
 LoadedGates load_engine_gates(const EngineOptions& options, const std::string& checkpoint_dir,

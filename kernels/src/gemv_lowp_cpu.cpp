@@ -165,7 +165,11 @@ void quantize_activations(const float* x, int64_t n, QuantRow& r) {
     for (int64_t j = 0; j < kQuantBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     r.d[b] = d;
-    for (int64_t j = 0; j < kQuantBlock; ++j) r.q[b * kQuantBlock + j] = static_cast<int8_t>(std::lround(xb[j] * id));
+    for (int64_t j = 0; j < kQuantBlock; ++j) {
+      // Half away from zero, as lroundf (|v| <= 127, exact in double; truncation is baseline x86-64).
+      const double v = static_cast<double>(xb[j] * id);
+      r.q[b * kQuantBlock + j] = static_cast<int8_t>(v >= 0 ? static_cast<int>(v + 0.5) : -static_cast<int>(0.5 - v));
+    }
   }
 }
 
@@ -194,35 +198,56 @@ inline __m256i q4_lanes_avx2(const uint8_t* qs) {
   return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
 }
 
+// Four independent accumulators (blocks b, b+1, b+2, b+3) hide the FMA latency; both versions
+// reduce them in the same order, so their results stay identical.
+template <bool Q4>
+__attribute__((target("avx2,fma,f16c")))
+inline __m256 block_term_avx2(const uint8_t* blk, const int8_t* xq, float xd) {
+  const __m256i wl = Q4 ? q4_lanes_avx2(blk + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  (void)xd;
+  return _mm256_cvtepi32_ps(block_dot_avx2(wl, xl));
+}
+
+template <bool Q4>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+inline __m256 block_term_vnni(const uint8_t* blk, const int8_t* xq, float xd) {
+  const __m256i wl = Q4 ? q4_lanes_avx2(blk + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+  const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+  (void)xd;
+  return _mm256_cvtepi32_ps(block_dot_vnni(wl, xl));
+}
+
+#define TRIMKV_DOT_Q_BODY(TERM)                                                                        \
+  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;                                           \
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}; \
+  int64_t b = 0;                                                                                       \
+  for (; b + 4 <= nb; b += 4)                                                                          \
+    for (int k = 0; k < 4; ++k) {                                                                      \
+      const uint8_t* blk = w + (b + k) * bb;                                                           \
+      const __m256 scale = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[b + k]);                      \
+      acc[k] = _mm256_fmadd_ps(scale, TERM<Q4>(blk, x.q.data() + (b + k) * kQuantBlock, 0.0f), acc[k]); \
+    }                                                                                                  \
+  for (; b < nb; ++b) {                                                                                \
+    const uint8_t* blk = w + b * bb;                                                                   \
+    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[b]);                            \
+    acc[0] = _mm256_fmadd_ps(scale, TERM<Q4>(blk, x.q.data() + b * kQuantBlock, 0.0f), acc[0]);        \
+  }                                                                                                    \
+  return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+
 template <bool Q4>
 __attribute__((target("avx2,fma,f16c")))
 float dot_q_avx2(const uint8_t* w, const QuantRow& x, int64_t nb) {
-  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = w + b * bb;
-    const __m256i wl = Q4 ? q4_lanes_avx2(blk + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q.data() + b * kQuantBlock));
-    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[b]);
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_dot_avx2(wl, xl)), acc);
-  }
-  return hsum256(acc);
+  TRIMKV_DOT_Q_BODY(block_term_avx2)
 }
 
 template <bool Q4>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 float dot_q_vnni(const uint8_t* w, const QuantRow& x, int64_t nb) {
-  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
-  __m256 acc = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = w + b * bb;
-    const __m256i wl = Q4 ? q4_lanes_avx2(blk + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
-    const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q.data() + b * kQuantBlock));
-    const __m256 scale = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[b]);
-    acc = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(block_dot_vnni(wl, xl)), acc);
-  }
-  return hsum256(acc);  // the AVX2 version's reduction: the same results
+  TRIMKV_DOT_Q_BODY(block_term_vnni)
 }
+
+#undef TRIMKV_DOT_Q_BODY
 
 template <bool Q4>
 float dot_q_portable(const uint8_t* w, const QuantRow& x, int64_t nb) {

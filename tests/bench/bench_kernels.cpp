@@ -9,6 +9,7 @@
 #include <cstdlib>
 
 #include "trimkv/kernels/linear.h"
+#include "trimkv/kernels/weight_format.h"
 
 namespace {
 
@@ -59,6 +60,25 @@ int main(int argc, char** argv) {
       std::printf("| %s | %lld | %.3f | %.3f | %.1f | %.2fx |\n", s.name, (long long)rows, a, b,
                   s.out * s.in * 4.0 / (b * 1e6), a / b);
     }
+  }
+  // Decode GEMV per stored format (weight_format.h): the bytes each reads, and GB/s of them.
+  std::printf("\nlow-precision decode GEMV (%s kernels), 1 row\n\n| shape | f32 ms | bf16 ms | f16 ms | q8 ms | q4 ms | q4 GB/s |\n"
+              "|---|---:|---:|---:|---:|---:|---:|\n", trimkv::kernels::lowp_kernel_isa());
+  for (const auto& s : shapes) {
+    const at::Tensor w = at::randn({s.out, s.in}) * 0.05;
+    const at::Tensor x = at::randn({1, s.in});
+    const int reps = s.out > 10000 ? 20 : 200;
+    std::printf("| %s |", s.name);
+    double q4_ms = 0;
+    for (auto f : {trimkv::kernels::WeightFormat::F32, trimkv::kernels::WeightFormat::BF16,
+                   trimkv::kernels::WeightFormat::F16, trimkv::kernels::WeightFormat::Q8_0,
+                   trimkv::kernels::WeightFormat::Q4_0}) {
+      const at::Tensor p = trimkv::kernels::pack_weight(w, f);
+      const double ms = best_ms([&] { trimkv::kernels::linear_rows(x, p); }, reps);
+      if (f == trimkv::kernels::WeightFormat::Q4_0) q4_ms = ms;
+      std::printf(" %.3f |", ms);
+    }
+    std::printf(" %.1f |\n", s.out * s.in * 18.0 / 32.0 / (q4_ms * 1e6));
   }
   std::printf("\nprefill GEMM (oneDNN used: %s)\n\n| shape | rows | at::linear ms | linear_gemm ms | GFLOP/s (ours) | speed-up |\n"
               "|---|---:|---:|---:|---:|---:|\n", trimkv::kernels::have_fast_gemm() ? "yes" : "no");

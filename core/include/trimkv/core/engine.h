@@ -43,7 +43,7 @@ struct ModelInfo {
 };
 
 struct EngineOptions {
-  int threads = 0;          // 0 = leave the library default
+  int threads = 0;          // 0 = every hardware thread (LibTorch alone would count physical cores)
   int prefill_chunk = 256;  // tokens per prefill forward
   int block_size = 16;      // KV entries per cache block
   // Retention gates (gate_file.h): a gates file (.safetensors ours, .pth the reference's);
