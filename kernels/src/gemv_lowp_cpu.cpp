@@ -273,6 +273,35 @@ float dot_q_portable(const uint8_t* w, const QuantRow& x, int64_t nb) {
 
 }  // namespace
 
+namespace {
+
+template <bool BF16>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+void widen_row_avx512(const uint16_t* s, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, widen16_avx512<BF16>(s + i));
+  for (; i < n; ++i) y[i] = widen16(s[i], BF16);
+}
+
+template <bool BF16>
+__attribute__((target("avx2,fma,f16c")))
+void widen_row_avx2(const uint16_t* s, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, widen8_avx2<BF16>(s + i));
+  for (; i < n; ++i) y[i] = widen16(s[i], BF16);
+}
+
+}  // namespace
+
+void widen_row_16bit(const uint16_t* s, float* y, int64_t n, bool bf16) {
+  switch (isa()) {
+    case Isa::Avx512: return bf16 ? widen_row_avx512<true>(s, y, n) : widen_row_avx512<false>(s, y, n);
+    case Isa::Avx2: return bf16 ? widen_row_avx2<true>(s, y, n) : widen_row_avx2<false>(s, y, n);
+    case Isa::Portable: break;
+  }
+  for (int64_t i = 0; i < n; ++i) y[i] = widen16(s[i], bf16);
+}
+
 const char* gemv_isa_name() {
   switch (isa()) {
     case Isa::Avx512: return "avx512+vnni";

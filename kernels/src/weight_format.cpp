@@ -10,6 +10,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "gemv_lowp.h"
+
 namespace trimkv::kernels {
 
 namespace {
@@ -118,19 +120,10 @@ void quantize_row_q4_0(const float* x, uint8_t* blocks, int64_t n) {
 void dequantize_row(WeightFormat f, const void* row, float* y, int64_t n) {
   switch (f) {
     case WeightFormat::F32: std::memcpy(y, row, static_cast<size_t>(n) * 4); return;
-    case WeightFormat::BF16: {
-      const auto* s = static_cast<const uint16_t*>(row);
-      for (int64_t i = 0; i < n; ++i) {
-        const uint32_t bits = static_cast<uint32_t>(s[i]) << 16;
-        std::memcpy(y + i, &bits, 4);
-      }
+    case WeightFormat::BF16:
+    case WeightFormat::F16:
+      widen_row_16bit(static_cast<const uint16_t*>(row), y, n, f == WeightFormat::BF16);
       return;
-    }
-    case WeightFormat::F16: {
-      const auto* s = static_cast<const uint16_t*>(row);
-      for (int64_t i = 0; i < n; ++i) y[i] = from_half_bits(s[i]);
-      return;
-    }
     case WeightFormat::Q8_0: {
       const auto* blk = static_cast<const uint8_t*>(row);
       for (int64_t b = 0; b < n / kQuantBlock; ++b, blk += kQ8BlockBytes, y += kQuantBlock) {

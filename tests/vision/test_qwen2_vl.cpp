@@ -5,9 +5,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
@@ -462,6 +465,65 @@ TEST_CASE("Qwen3-VL: the authors' released gate layout loads and scores every en
       for (const EntryMeta& e : s.cache().bookkeeping().entries(il, h))
         worst = std::max(worst, std::abs(static_cast<double>(e.log_beta) - want[il][e.token_index][h].item<double>()));
   REQUIRE(worst < 1e-5);
+}
+
+TEST_CASE("Qwen3-VL under DBTrimKV with the released-layout gates keeps the brute-force global top-k of log beta "
+          "x (q - token index), not of the M-RoPE positions", "[qwen2vl][eviction]") {
+  const std::string dir = test::vlm_model("qwen3_vl");
+  const RetentionGates gates = load_gates(dir + "/trimkv_weights.pth");
+  const VlmModel& m = model("qwen3_vl");
+  // Every entry with its log beta (scores only, nothing evicted).
+  Session all(m.text, m.encoder, {});
+  all.set_eviction(nullptr, &gates);
+  all.add_user_turn(kTurn1);
+  const KvBookkeeping& book = all.cache().bookkeeping();
+  const int64_t n = book.n_tokens(), layers = m.text.config.n_layer, heads = m.text.config.n_kv_head;
+  // The image's tokens sit at M-RoPE positions far from their token indices.
+  int64_t differ = 0;
+  for (const TokenInfo& t : book.tokens()) differ += t.rope_position != t.token_index ? 1 : 0;
+  REQUIRE(differ > 10);
+  // One compression after the prompt, to M_global = 12 per head over the 6 streams; lookahead 1:
+  // score = log beta * (q - i), q = tokens seen + 1, i the token index (METHOD.md section 4).
+  const int64_t budget = 12;
+  struct Scored {
+    double score;
+    int64_t layer, head;
+    int32_t token;
+  };
+  std::vector<Scored> scored;
+  auto top_k = [&](const std::function<double(const TokenInfo&)>& position) {
+    scored.clear();
+    for (int64_t il = 0; il < layers; ++il)
+      for (int64_t h = 0; h < heads; ++h)
+        for (const EntryMeta& e : book.entries(il, h))
+          scored.push_back({static_cast<double>(e.log_beta) * (static_cast<double>(n + 1) - position(book.tokens()[e.token_index])),
+                            il, h, e.token_index});
+    std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) { return a.score > b.score; });
+    std::set<std::tuple<int64_t, int64_t, int32_t>> keep;
+    for (int64_t k = 0; k < budget * layers * heads; ++k) keep.insert({scored[k].layer, scored[k].head, scored[k].token});
+    return keep;
+  };
+  const auto want = top_k([](const TokenInfo& t) { return static_cast<double>(t.token_index); });
+  const auto by_rope = top_k([](const TokenInfo& t) { return static_cast<double>(t.rope_position); });
+  const bool rope_differs = want != by_rope;  // the test tells the two apart
+  REQUIRE(rope_differs);
+  EvictionSettings db;
+  db.policy = "dbtrimkv";
+  db.options = {"lookahead=1"};
+  db.budget_per_head = budget;
+  db.slack = 0;
+  db.whole_prompt = true;
+  Session s(m.text, m.encoder, {});
+  s.set_eviction(db, &gates);
+  s.add_user_turn(kTurn1);
+  REQUIRE(s.evictor()->n_events() == 1);
+  std::set<std::tuple<int64_t, int64_t, int32_t>> kept;
+  for (int64_t il = 0; il < layers; ++il)
+    for (int64_t h = 0; h < heads; ++h)
+      for (const EntryMeta& e : s.cache().bookkeeping().entries(il, h)) kept.insert({il, h, e.token_index});
+  REQUIRE(kept.size() == want.size());
+  const bool same = kept == want;
+  REQUIRE(same);
 }
 
 TEST_CASE("Qwen3-VL Thinking: a template whose generation prompt opens <think> is recognised", "[qwen2vl][thinking]") {
