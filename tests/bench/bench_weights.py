@@ -16,7 +16,12 @@ Reported per runtime and precision: prefill tok/s (prompt tokens / first forward
 (mean of single-token steps after the prompt), and decode as a share of the read ceiling
 (bytes read per token = every weight as held + the KV entries attended, x tok/s / bandwidth).
 llama.cpp comes from the PyPI package llama-cpp-python, built from its source on install
-(`pip install llama-cpp-python`, ~15 min on 2 cores; --skip-llama to leave it out).
+(~15 min on 2 cores; --skip-llama to leave it out). On a VM whose CPUID advertises more than it
+enables, -DGGML_NATIVE=ON can compile AMX paths that die with SIGILL on q8_0 / q4_0; build it with
+the instruction sets listed instead:
+  CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON
+  -DGGML_AVX512_VNNI=ON -DGGML_AVX512_VBMI=ON" pip install llama-cpp-python
+(AVX2-only machines: leave out the AVX512 ones).
 
 Usage: <venv>/bin/python tests/bench/bench_weights.py [--shape smollm2-135m|qwen2.5-3b] [--prompt 512]
        [--new 128] [--threads 2] [--formats f32,bf16,f16,q8,q4] [--skip-hf] [--skip-llama]
