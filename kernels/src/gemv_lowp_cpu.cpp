@@ -198,23 +198,23 @@ inline __m256i q4_lanes_avx2(const uint8_t* qs) {
   return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
 }
 
-// Four independent accumulators (blocks b, b+1, b+2, b+3) hide the FMA latency; both versions
-// reduce them in the same order, so their results stay identical.
+// One block's 8 integer partial sums as floats; the caller scales them by d_w * d_x.
+// Four independent accumulators (blocks b, b+1, b+2, b+3) hide the FMA latency. The body is a
+// macro because the two versions need different target attributes around the same code; both
+// reduce in the same order, so their results stay identical.
 template <bool Q4>
 __attribute__((target("avx2,fma,f16c")))
-inline __m256 block_term_avx2(const uint8_t* blk, const int8_t* xq, float xd) {
+inline __m256 block_term_avx2(const uint8_t* blk, const int8_t* xq) {
   const __m256i wl = Q4 ? q4_lanes_avx2(blk + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
   const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  (void)xd;
   return _mm256_cvtepi32_ps(block_dot_avx2(wl, xl));
 }
 
 template <bool Q4>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
-inline __m256 block_term_vnni(const uint8_t* blk, const int8_t* xq, float xd) {
+inline __m256 block_term_vnni(const uint8_t* blk, const int8_t* xq) {
   const __m256i wl = Q4 ? q4_lanes_avx2(blk + 2) : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
   const __m256i xl = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-  (void)xd;
   return _mm256_cvtepi32_ps(block_dot_vnni(wl, xl));
 }
 
@@ -226,12 +226,12 @@ inline __m256 block_term_vnni(const uint8_t* blk, const int8_t* xq, float xd) {
     for (int k = 0; k < 4; ++k) {                                                                      \
       const uint8_t* blk = w + (b + k) * bb;                                                           \
       const __m256 scale = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[b + k]);                      \
-      acc[k] = _mm256_fmadd_ps(scale, TERM<Q4>(blk, x.q.data() + (b + k) * kQuantBlock, 0.0f), acc[k]); \
+      acc[k] = _mm256_fmadd_ps(scale, TERM<Q4>(blk, x.q.data() + (b + k) * kQuantBlock), acc[k]); \
     }                                                                                                  \
   for (; b < nb; ++b) {                                                                                \
     const uint8_t* blk = w + b * bb;                                                                   \
     const __m256 scale = _mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[b]);                            \
-    acc[0] = _mm256_fmadd_ps(scale, TERM<Q4>(blk, x.q.data() + b * kQuantBlock, 0.0f), acc[0]);        \
+    acc[0] = _mm256_fmadd_ps(scale, TERM<Q4>(blk, x.q.data() + b * kQuantBlock), acc[0]);        \
   }                                                                                                    \
   return hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
 
