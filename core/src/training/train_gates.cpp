@@ -15,7 +15,8 @@ TrainResult train_gates(const TrainOptions& options, const std::function<void(co
   TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
   if (options.threads > 0) at::set_num_threads(options.threads);
-  const TextModel model = load_text_model(options.model_dir);
+  // Float32 whatever the files hold: the training forward runs under autograd, in float32.
+  const TextModel model = load_text_model(options.model_dir, {"f32"});
   // Text decoders; VLM folders go through vision::train_gates_vlm (which passes its encoder).
   return train_gates_on(model, nullptr, options, on_warning, on_setup, on_progress, cancel);
 }
