@@ -332,7 +332,11 @@ void gemv_rows_lowp(WeightFormat f, const float* x, int64_t x_stride, const uint
   const Isa which = isa();
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(w_row_bytes, 1));
   if (is_quantized(f)) {
-    std::vector<QuantRow> xq(static_cast<size_t>(n));
+    // Reused per calling thread: a decode step makes ~4 of these calls per layer.
+    // (A reference, so the worker threads below read this thread's rows, not their own.)
+    thread_local std::vector<QuantRow> scratch;
+    std::vector<QuantRow>& xq = scratch;
+    if (xq.size() < static_cast<size_t>(n)) xq.resize(static_cast<size_t>(n));
     for (int64_t r = 0; r < n; ++r) quantize_activations(x + r * x_stride, in, xq[r]);
     const int64_t nb = in / kQuantBlock;
     const bool q4 = f == WeightFormat::Q4_0;

@@ -154,8 +154,7 @@ at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   if (plain) return linear_gemm(x, w, b);
   // A stored low-precision matrix is unpacked for at::linear; other dtypes (float64 in
   // gradient checks) go as they are.
-  const bool stored_lowp = w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf || w.scalar_type() == at::kByte;
-  const at::Tensor wf = stored_lowp ? unpack_weight(w).to(x.scalar_type()) : w;
+  const at::Tensor wf = is_low_precision(w) ? unpack_weight(w).to(x.scalar_type()) : w;
   return b.defined() ? at::linear(x, wf, b) : at::linear(x, wf);
 }
 

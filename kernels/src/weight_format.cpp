@@ -81,6 +81,17 @@ int64_t weight_cols(const at::Tensor& w) {
 }
 int64_t weight_bytes(const at::Tensor& w) { return w.numel() * static_cast<int64_t>(w.element_size()); }
 
+bool is_low_precision(const at::Tensor& t) {
+  if (!t.defined()) return false;
+  if (t.dim() == 2) return t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf;
+  return t.dim() == 3 && t.scalar_type() == at::kByte && (t.size(2) == kQ8BlockBytes || t.size(2) == kQ4BlockBytes);
+}
+
+int64_t value_count(const at::Tensor& t) {
+  if (!t.defined()) return 0;
+  return is_low_precision(t) ? weight_rows(t) * weight_cols(t) : t.numel();
+}
+
 bool format_fits(WeightFormat f, int64_t in) { return !is_quantized(f) || (in > 0 && in % kQuantBlock == 0); }
 
 void quantize_row_q8_0(const float* x, uint8_t* blocks, int64_t n) {
@@ -198,8 +209,7 @@ at::Tensor unpack_weight(const at::Tensor& w) { return unpack_rows(w, 0, w.size(
 
 at::Tensor gather_rows(const at::Tensor& w, const at::Tensor& ids) {
   const at::Tensor idx = ids.to(at::kLong).contiguous();
-  // Plain float tables (float32, or float64 in gradient checks) as they are.
-  if (w.dim() == 2 && (w.scalar_type() == at::kFloat || w.scalar_type() == at::kDouble)) return at::embedding(w, idx);
+  if (!is_low_precision(w)) return at::embedding(w, idx);  // float32 (or float64 in gradient checks) as it is
   const WeightFormat f = format_of(w);
   if (!is_quantized(f)) return at::embedding(w, idx).to(at::kFloat);
   at::Tensor rows = w.index_select(0, idx.view({-1})).contiguous();

@@ -6,6 +6,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/layers.h"
 #include "trimkv/vision/train_gates_vlm.h"
 
 namespace trimkv::vision {
@@ -42,16 +43,10 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
   std::vector<RopeOffset> rope;
   int64_t next_position = 0;
   auto place = [&](const std::vector<RopeOffset>& offsets, size_t n) {
-    const int64_t base = next_position;
-    for (size_t i = 0; i < n; ++i) {
-      const RopeOffset o = offsets.empty() ? RopeOffset{static_cast<int32_t>(i), static_cast<int32_t>(i),
-                                                        static_cast<int32_t>(i)}
-                                           : offsets[i];
-      const RopeOffset p{static_cast<int32_t>(base + o.t), static_cast<int32_t>(base + o.h),
-                         static_cast<int32_t>(base + o.w)};
-      if (multimodal) rope.push_back(p);
-      next_position = std::max<int64_t>({next_position, p.t + 1, p.h + 1, p.w + 1});
-    }
+    std::vector<RopeOffset> placed(n);
+    place_rotary_positions(offsets.empty() ? nullptr : offsets.data(), static_cast<int64_t>(n), next_position,
+                           placed.data(), next_position);
+    if (multimodal) rope.insert(rope.end(), placed.begin(), placed.end());
   };
   std::vector<ImageRecord> records;
   size_t next_image = 0;

@@ -72,29 +72,19 @@ at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const Toke
   std::vector<TokenInfo> infos(ids.size(), info_template);
   if (per_token) infos.assign(per_token, per_token + n);
   std::vector<int32_t> token_indices(ids.size());
-  // Rotary positions: one axis, or time/row/column for a multimodal rope.
-  const bool multimodal = m_model->config.rope.multimodal();
-  std::vector<int64_t> pos(static_cast<size_t>((multimodal ? 3 : 1) * n));
+  // Rotary positions: the segment's offsets from its start, or sequential from the next free one.
+  std::vector<RopeOffset> placed(ids.size());
   int64_t next = m_next_position;
+  place_rotary_positions(rope, n, rope ? rope_base : m_next_position, placed.data(), next);
   for (int64_t i = 0; i < n; ++i) {
     token_indices[i] = static_cast<int32_t>(m_n_tokens + i);
     infos[i].token_index = token_indices[i];
-    const RopeOffset o = rope ? rope[i] : RopeOffset{};
-    const int64_t t = rope ? rope_base + o.t : m_next_position + i;
-    const int64_t h = rope ? rope_base + o.h : t, w = rope ? rope_base + o.w : t;
-    infos[i].rope_position = static_cast<int32_t>(t);
-    pos[i] = t;
-    if (multimodal) {
-      pos[n + i] = h;
-      pos[2 * n + i] = w;
-    }
-    next = std::max({next, t + 1, h + 1, w + 1});
+    infos[i].rope_position = placed[i].t;
   }
   if (m_evictor) m_evictor->before_forward(*m_cache, n);
   m_cache->register_tokens(infos);
   at::Tensor id_t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end()), at::kLong);
-  at::Tensor positions = at::tensor(pos, at::kLong);
-  if (multimodal) positions = positions.view({3, n});
+  const at::Tensor positions = rotary_position_tensor(placed, m_model->config.rope.multimodal());
   const TextDecoder& dec = *m_model->decoder;
   at::Tensor hidden =
       dec.forward_cached(embeds.defined() ? embeds : dec.embed(id_t), positions, token_indices,

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "trimkv/core/error.h"
 #include "trimkv/kernels/linear.h"
 
@@ -63,6 +65,29 @@ std::vector<int64_t> mrope_axes(const RopeConfig& rope, int64_t n_freq) {
     }
   }
   return axis;
+}
+
+void place_rotary_positions(const RopeOffset* offsets, int64_t n, int64_t base, RopeOffset* out, int64_t& next) {
+  for (int64_t i = 0; i < n; ++i) {
+    const RopeOffset o = offsets ? offsets[i] : RopeOffset{static_cast<int32_t>(i), static_cast<int32_t>(i),
+                                                             static_cast<int32_t>(i)};
+    out[i] = {static_cast<int32_t>(base + o.t), static_cast<int32_t>(base + o.h), static_cast<int32_t>(base + o.w)};
+    next = std::max<int64_t>({next, out[i].t + 1, out[i].h + 1, out[i].w + 1});
+  }
+}
+
+at::Tensor rotary_position_tensor(const std::vector<RopeOffset>& placed, bool multimodal) {
+  const int64_t n = static_cast<int64_t>(placed.size());
+  std::vector<int64_t> pos(static_cast<size_t>((multimodal ? 3 : 1) * n));
+  for (int64_t i = 0; i < n; ++i) {
+    pos[i] = placed[i].t;
+    if (multimodal) {
+      pos[n + i] = placed[i].h;
+      pos[2 * n + i] = placed[i].w;
+    }
+  }
+  at::Tensor t = at::tensor(pos, at::kLong);
+  return multimodal ? t.view({3, n}) : t;
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t) {

@@ -135,11 +135,7 @@ void for_each_weight(const DecoderWeights& w, F&& f) {
 
 int64_t TextDecoder::parameter_count() const {
   int64_t n = 0;
-  for_each_weight(m_w, [&](const at::Tensor& t) {
-    if (!t.defined()) return;
-    // A matrix in a quantised format: rows x columns, not its bytes.
-    n += t.dim() == 3 && t.scalar_type() == at::kByte ? kernels::weight_rows(t) * kernels::weight_cols(t) : t.numel();
-  });
+  for_each_weight(m_w, [&](const at::Tensor& t) { n += kernels::value_count(t); });
   return n;
 }
 

@@ -4,6 +4,7 @@
 
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
+#include "trimkv/core/layers.h"
 
 namespace trimkv {
 
@@ -32,13 +33,7 @@ at::Tensor TrainingSample::rotary_positions() const {
   if (rope.empty()) return at::arange(n, at::kLong);
   TRIMKV_ASSERT(static_cast<int64_t>(rope.size()) == n, "sample of line ", line, ": ", rope.size(),
                 " rotary positions for ", n, " tokens");
-  std::vector<int64_t> pos(static_cast<size_t>(3 * n));
-  for (int64_t i = 0; i < n; ++i) {
-    pos[i] = rope[i].t;
-    pos[n + i] = rope[i].h;
-    pos[2 * n + i] = rope[i].w;
-  }
-  return at::tensor(pos, at::kLong).view({3, n});
+  return rotary_position_tensor(rope, true);
 }
 
 LayerInjection TrainingSample::injection() const {

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "trimkv/core/kv_types.h"
 #include "trimkv/core/model_config.h"
 
 namespace trimkv {
@@ -30,6 +31,14 @@ RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tenso
 // The axis (0 time, 1 row, 2 column) of each of the n_freq rotary frequencies of a multimodal
 // rope: chunked sections (Qwen2-VL, Qwen2.5-VL) or interleaved ones (Qwen3-VL).
 std::vector<int64_t> mrope_axes(const RopeConfig& rope, int64_t n_freq);
+
+// Absolute rotary positions of n tokens appended from position `base`: base + offsets[i] (a
+// segment's multimodal offsets), or base + i on every axis when `offsets` is null. `next` becomes
+// one past the largest position on any axis (and never less than before): where the following
+// tokens start. What the runner does per chunk and gate training per sample.
+void place_rotary_positions(const RopeOffset* offsets, int64_t n, int64_t base, RopeOffset* out, int64_t& next);
+// The decoder's positions argument: [n] (time only) or, for a multimodal rope, [3, n] int64.
+at::Tensor rotary_position_tensor(const std::vector<RopeOffset>& placed, bool multimodal);
 
 // x: [n, n_heads, head_dim]; returns x*cos + rotate_half(x)*sin (rotate-half convention).
 at::Tensor apply_rope(const at::Tensor& x, const RopeTables& t);

@@ -35,6 +35,11 @@ WeightFormat format_of(const at::Tensor& w);
 int64_t weight_rows(const at::Tensor& w);  // out
 int64_t weight_cols(const at::Tensor& w);  // in
 int64_t weight_bytes(const at::Tensor& w); // storage bytes
+// Whether `t` is a matrix stored in bf16 / f16 / q8_0 / q4_0 (float32, float64 and anything else:
+// false; never throws).
+bool is_low_precision(const at::Tensor& t);
+// The values a tensor holds: rows x columns for a quantised matrix, its element count otherwise.
+int64_t value_count(const at::Tensor& t);
 
 // Whether a matrix with `in` columns can be stored in `f` (quantised formats need in % 32 == 0).
 bool format_fits(WeightFormat f, int64_t in);
