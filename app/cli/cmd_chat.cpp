@@ -38,7 +38,7 @@ std::string trim(const std::string& s) {
 
 int cmd_chat(int argc, char** argv, int first) {
   std::vector<OptionSpec> specs = {
-      {"model", "DIR", "checkpoint folder, vision-language or text instruct model (default: the embedded demo model)"},
+      {"model", "DIR", "checkpoint folder (vision-language or text instruct model) or .gguf file (default: the embedded demo model)"},
       {"system", "TEXT", "system message that opens the conversation (and every one after /reset)"},
       {"template-var", "NAME=VALUE", "chat-template variable, e.g. enable_thinking=false (repeatable; "
                                      "VALUE is read as JSON when it is, else as a string)", true},

@@ -75,7 +75,7 @@ void write_floats(const std::string& path, const std::vector<float>& values) {
 
 int cmd_generate(int argc, char** argv, int first) {
   std::vector<OptionSpec> specs = {
-      {"model", "DIR", "checkpoint folder (default: the embedded demo model)"},
+      {"model", "DIR", "checkpoint folder or .gguf file (default: the embedded demo model)"},
       {"prompt", "T", "prompt text (tokenized with the model's tokenizer)"},
       {"prompt-ids", "1,2,3", "prompt as comma-separated token ids"},
       {"image", "FILE", "image for the next <image> in the prompt (repeatable; with no <image> in the "

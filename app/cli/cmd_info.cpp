@@ -38,7 +38,7 @@ int describe_gates(const std::string& dir, const std::string& path, bool json) {
 
 int cmd_info(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
-      {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) (default: the embedded demo model)"},
+      {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) or .gguf file (default: the embedded demo model)"},
       {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
       weights_option(),
       {"json", "", "print one JSON object"},
@@ -72,7 +72,10 @@ int cmd_info(int argc, char** argv, int first) {
   // The chat template, as conversations will use it (a broken one is reported, not fatal here).
   std::string chat_template = "none (raw prompts only)";
   try {
-    if (const auto t = ChatTemplate::from_folder(dir)) chat_template = t->origin();
+    if (!i.embedded_chat_template.empty())
+      chat_template = ChatTemplate::from_source(i.embedded_chat_template, dir + " (tokenizer.chat_template)").origin();
+    else if (const auto t = ChatTemplate::from_folder(dir))
+      chat_template = t->origin();
     j["chat_template"] = chat_template;
   } catch (const Error& e) {
     chat_template = std::string("unusable: ") + e.what();
@@ -108,7 +111,7 @@ int cmd_info(int argc, char** argv, int first) {
             << "context        " << i.max_position_embeddings << " positions\n"
             << "KV cache       " << i.kv_bytes_per_token << " bytes per token (all layers and KV heads)\n"
             << "tokenizer      "
-            << (i.has_tokenizer ? "tokenizer.json, " + std::to_string(i.tokenizer_vocab_size) + " ids" : "none")
+            << (i.has_tokenizer ? i.tokenizer_origin + ", " + std::to_string(i.tokenizer_vocab_size) + " ids" : "none")
             << "\n"
             << "chat template  " << chat_template << "\n";
   for (const std::string& note : i.weight_notes) std::cout << "note           " << note << "\n";

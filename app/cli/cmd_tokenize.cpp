@@ -11,7 +11,7 @@ namespace trimkv::cli {
 
 int cmd_tokenize(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
-      {"model", "DIR", "checkpoint folder with tokenizer.json (default: the embedded demo model)"},
+      {"model", "DIR", "checkpoint folder with tokenizer.json, or .gguf file (default: the embedded demo model)"},
       {"text", "T", "text to tokenize"},
       {"text-file", "FILE", "tokenize the contents of FILE instead (UTF-8)"},
       {"no-special", "", "do not add the post-processor's special tokens (BOS...)"},

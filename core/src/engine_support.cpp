@@ -68,6 +68,8 @@ ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
   i.rope_theta = c.rope.theta;
   i.has_tokenizer = m.tokenizer != nullptr;
   i.tokenizer_vocab_size = m.tokenizer ? m.tokenizer->vocab_size() : 0;
+  i.tokenizer_origin = m.tokenizer ? m.tokenizer->path() : "";
+  i.embedded_chat_template = m.embedded_chat_template;
   i.eos_token_ids = c.eos_token_ids;
   i.kv_bytes_per_token = c.n_layer * c.n_kv_head * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
   if (gates.gates) {

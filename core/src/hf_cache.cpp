@@ -28,7 +28,7 @@ bool looks_like_repo_id(const std::string& s) {
 }  // namespace
 
 std::string resolve_model_dir(const std::string& spec) {
-  if (fs::is_directory(spec) || !looks_like_repo_id(spec)) return spec;  // a folder (or an error later)
+  if (fs::exists(spec) || !looks_like_repo_id(spec)) return spec;  // a folder or file (or an error later)  // a folder (or an error later)
   const std::string cache = hf_hub_cache_dir();
   const std::string owner = spec.substr(0, spec.find('/')), name = spec.substr(spec.find('/') + 1);
   const fs::path repo = fs::path(cache) / ("models--" + owner + "--" + name);

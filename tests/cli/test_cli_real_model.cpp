@@ -34,3 +34,25 @@ TEST_CASE("SmolLM2-135M-Instruct chats through its own template and answers righ
   CHECK(j["stop_reason"] == "eos");  // the template's end-of-turn token ends the answer
   CHECK_THAT(j["text"].get<std::string>(), Catch::Contains("Paris"));
 }
+
+TEST_CASE("SmolLM2-135M-Instruct answers rightly from its GGUF file", "[cli][chat][real][gguf]") {
+  const std::string file = smollm2_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(file)) {
+    WARN("skipped: no " << file << " (tests/oracle/smollm2_checkpoint.py copies it there)");
+    return;
+  }
+  const trimkv::test::CliRun r =
+      trimkv::test::run_cli({"generate", "--model", file, "--chat", "--system", "You are a concise assistant.",
+                             "--prompt", "What is the capital of France?", "--max-new-tokens", "24", "--json"});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["stop_reason"] == "eos");
+  CHECK_THAT(j["text"].get<std::string>(), Catch::Contains("Paris"));
+  const trimkv::test::CliRun info = trimkv::test::run_cli({"info", "--model", file, "--json"});
+  REQUIRE(info.code == 0);
+  const auto i = nlohmann::json::parse(info.out);
+  CHECK(i["dtype"] == "Q4_1");
+  CHECK(i["weights_held"] == "q8");
+  CHECK_THAT(i["chat_template"].get<std::string>(), Catch::Contains("tokenizer.chat_template"));
+}

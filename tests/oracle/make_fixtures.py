@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|qwen2vl|quant|demo ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|qwen2vl|quant|gguf|demo ...]"""
 import sys
 from pathlib import Path
 
@@ -10,7 +10,7 @@ DATA = HERE.parent / "data"
 
 
 def main(argv):
-    parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat", "qwen2vl", "quant"]
+    parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat", "qwen2vl", "quant", "gguf"]
     if "tokenizers" in parts:
         import tokenizer_fixtures
         tokenizer_fixtures.main(DATA) if hasattr(tokenizer_fixtures, "main") else None
@@ -39,6 +39,9 @@ def main(argv):
     if "quant" in parts:  # q8_0 / q4_0 blocks by the PyPI gguf package, bf16 / f16 roundings by torch
         import quant_fixtures
         quant_fixtures.main(DATA)
+    if "gguf" in parts:  # after "models" and "chat": GGUF files of the tiny text models (gguf, llama-cpp-python)
+        import gguf_fixtures
+        gguf_fixtures.main(DATA)
     if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
         import demo_fixtures
         demo_fixtures.main(DATA)

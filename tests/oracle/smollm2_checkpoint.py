@@ -5,7 +5,8 @@ transformers (with the PyPI packages gguf and accelerate) loads the GGUF with
 from_pretrained(dir, gguf_file=...) and dequantises it; the quantised model refuses
 save_pretrained, so its state dict goes into a fresh LlamaForCausalLM of the same config, which
 saves as safetensors (float32). The tokenizer (rebuilt from the GGUF metadata) and the chat
-template from the GGUF's `tokenizer.chat_template` are saved beside it.
+template from the GGUF's `tokenizer.chat_template` are saved beside it, and so is the GGUF file
+itself (trimkv opens it directly; the tests compare the two).
 
 Writes outside the repository: $TRIMKV_MODELS (default ~/.cache/trimkv/models)/SmolLM2-135M-Instruct.
 Usage: ~/.cache/trimkv/venv-oracle/bin/python tests/oracle/smollm2_checkpoint.py [--out DIR]
@@ -15,6 +16,7 @@ without its `llm` dependency, which it does not need.) Prints the folder.
 import argparse
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,9 +51,12 @@ def chat_template_of(path: Path) -> str:
 def convert(out: Path) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    src = gguf_path()
+    if not (out / GGUF_NAME).exists():
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, out / GGUF_NAME)
     if (out / "model.safetensors").exists() and (out / "chat_template.jinja").exists():
         return out
-    src = gguf_path()
     out.mkdir(parents=True, exist_ok=True)
     quantised = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, torch_dtype=torch.float32)
     config = AutoConfig.from_pretrained(src.parent, gguf_file=src.name)

@@ -32,6 +32,10 @@ at::Tensor rope_inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
     at::Tensor medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen);
     inv_freq = at::where(medium, smoothed, scaled);
   }
+  if (!rope.freq_factors.empty()) {
+    TRIMKV_ASSERT(static_cast<int64_t>(rope.freq_factors.size()) == head_dim / 2);
+    inv_freq = inv_freq / at::tensor(rope.freq_factors, at::kFloat);
+  }
   return inv_freq;
 }
 

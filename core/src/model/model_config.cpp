@@ -127,7 +127,11 @@ std::string checkpoint_model_type(const std::string& dir) {
 }
 
 TextConfig load_text_config(const std::string& config_path) {
-  const json top = read_json(config_path);
+  return text_config_from_json(read_json(config_path), config_path);
+}
+
+TextConfig text_config_from_json(const json& top, const std::string& config_path) {
+  TRIMKV_CHECK(top.is_object(), Config, "'", config_path, "' is not a JSON object");
   static const json kEmpty = json::object();
   const json& text = top.contains("text_config") && top["text_config"].is_object()
                          ? top["text_config"]

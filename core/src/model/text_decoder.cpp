@@ -60,55 +60,82 @@ std::string text_weight_root(const WeightStore& ws) {
 
 std::shared_ptr<TextDecoder> TextDecoder::load(const TextConfig& cfg, const TextFamily& family,
                                                const WeightStore& ws, kernels::WeightFormat format,
-                                               std::vector<std::string>* notes) {
+                                               std::vector<std::string>* notes, bool keep_stored) {
   const std::string root = text_weight_root(ws);
-  // A float32 matrix in the format asked, or bfloat16 where that format cannot hold it.
-  auto hold = [&](const at::Tensor& m, const std::string& what) {
-    if (format == kernels::WeightFormat::F32) return m;
-    if (kernels::format_fits(format, m.size(1))) return kernels::pack_weight(m, format);
-    if (notes)
-      notes->push_back(what + " (" + std::to_string(m.size(1)) + " wide, not a multiple of 32) is held in bf16, not " +
-                       kernels::weight_format_name(format));
-    return kernels::pack_weight(m, kernels::WeightFormat::BF16);
+  // One weight matrix, or several stacked along their rows (fused q/k/v, gate/up), held in the
+  // format asked, or in bfloat16 where that format cannot hold it; each part comes as the file
+  // stores it when that is the format (no float32 copy).
+  struct Part {
+    std::string name;
+    std::vector<int64_t> shape;
+  };
+  auto hold = [&](const std::vector<Part>& parts, const std::string& what) {
+    const int64_t in = parts.front().shape[1];
+    kernels::WeightFormat f = format;
+    if (keep_stored) {
+      const TensorInfo* stored = ws.find(parts.front().name);
+      if (const auto held = stored ? stored_weight_format(stored->dtype) : std::nullopt) f = *held;
+    }
+    if (!kernels::format_fits(f, in)) {
+      // float16 files (and GGUF's float16 fallback for such rows) stay float16; others go bf16.
+      const TensorInfo* stored = ws.find(parts.front().name);
+      f = stored && stored->dtype == DType::F16 ? kernels::WeightFormat::F16 : kernels::WeightFormat::BF16;
+      if (notes)
+        notes->push_back(what + " (" + std::to_string(in) + " wide, not a multiple of 32) is held in " +
+                         kernels::weight_format_name(f) + ", not " + kernels::weight_format_name(format));
+    }
+    std::vector<at::Tensor> held;
+    for (const Part& p : parts) held.push_back(ws.load_matrix({p.name}, p.shape, f));
+    return held.size() == 1 ? held.front() : at::cat(held, 0).contiguous();
   };
   DecoderWeights w;
-  w.embed = hold(ws.load({root + "embed_tokens.weight"}, {cfg.vocab_size, cfg.hidden_size}), "the token embedding");
+  w.embed = hold({{root + "embed_tokens.weight", {cfg.vocab_size, cfg.hidden_size}}}, "the token embedding");
   w.final_norm = ws.load({root + "norm.weight"}, {cfg.hidden_size});
-  if (cfg.tie_word_embeddings && !ws.find_any(kLmHeadNames)) {
+  const TensorInfo* lm_head = ws.find_any(kLmHeadNames);
+  if (cfg.tie_word_embeddings && !lm_head) {
     w.lm_head = w.embed;
   } else {
-    w.lm_head = hold(ws.load(kLmHeadNames, {cfg.vocab_size, cfg.hidden_size}), "lm_head");
+    if (!lm_head) ws.load(kLmHeadNames, {});  // throws, naming every alias tried
+    w.lm_head = hold({{lm_head->name, {cfg.vocab_size, cfg.hidden_size}}}, "lm_head");
   }
   for (int64_t il = 0; il < cfg.n_layer; ++il) {
     const std::string prefix = root + "layers." + std::to_string(il) + ".";
     std::map<LayerTensor, at::Tensor> t;
+    std::map<LayerTensor, std::string> present;  // role -> tensor name
     for (const auto& spec : family.layer_tensors) {
       const std::string name = prefix + spec.name;
       if (spec.need == Need::Optional && !ws.contains(name)) continue;
-      t[spec.role] = ws.load({name}, shape_of(spec.role, cfg));
+      present[spec.role] = name;
     }
-    auto get = [&](LayerTensor r) { return t.count(r) ? t[r] : at::Tensor(); };
+    auto part = [&](LayerTensor r) {
+      const auto it = present.find(r);
+      TRIMKV_ASSERT(it != present.end());
+      return Part{it->second, shape_of(r, cfg)};
+    };
+    auto get = [&](LayerTensor r) {  // a float32 vector (norms, biases), undefined when absent
+      const auto it = present.find(r);
+      return it == present.end() ? at::Tensor() : ws.load({it->second}, shape_of(r, cfg));
+    };
     DecoderLayerWeights lw;
     lw.attn_norm = get(LayerTensor::attn_norm);
     const std::string layer = "layer " + std::to_string(il) + " ";
-    lw.w_qkv = hold(at::cat({get(LayerTensor::q), get(LayerTensor::k), get(LayerTensor::v)}, 0).contiguous(),
-                    layer + "q/k/v");
-    const bool any_bias = t.count(LayerTensor::q_bias) || t.count(LayerTensor::k_bias) ||
-                          t.count(LayerTensor::v_bias);
+    lw.w_qkv = hold({part(LayerTensor::q), part(LayerTensor::k), part(LayerTensor::v)}, layer + "q/k/v");
+    const bool any_bias = present.count(LayerTensor::q_bias) || present.count(LayerTensor::k_bias) ||
+                          present.count(LayerTensor::v_bias);
     if (any_bias) {
       auto bias_or_zero = [&](LayerTensor r) {
-        return t.count(r) ? t[r] : at::zeros(shape_of(r, cfg), at::kFloat);
+        return present.count(r) ? get(r) : at::zeros(shape_of(r, cfg), at::kFloat);
       };
       lw.b_qkv = at::cat({bias_or_zero(LayerTensor::q_bias), bias_or_zero(LayerTensor::k_bias),
                           bias_or_zero(LayerTensor::v_bias)}, 0);
     }
-    lw.w_o = hold(get(LayerTensor::o), layer + "o_proj");
+    lw.w_o = hold({part(LayerTensor::o)}, layer + "o_proj");
     lw.b_o = get(LayerTensor::o_bias);
     lw.q_norm = get(LayerTensor::q_norm);
     lw.k_norm = get(LayerTensor::k_norm);
     lw.mlp_norm = get(LayerTensor::mlp_norm);
-    lw.w_gate_up = hold(at::cat({get(LayerTensor::gate), get(LayerTensor::up)}, 0).contiguous(), layer + "gate/up");
-    lw.w_down = hold(get(LayerTensor::down), layer + "down_proj");
+    lw.w_gate_up = hold({part(LayerTensor::gate), part(LayerTensor::up)}, layer + "gate/up");
+    lw.w_down = hold({part(LayerTensor::down)}, layer + "down_proj");
     w.layers.push_back(std::move(lw));
   }
   return std::make_shared<TextDecoder>(cfg, family, std::move(w));

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/gguf_model.h"
 #include "trimkv/core/weight_store.h"
 
 namespace fs = std::filesystem;
@@ -11,9 +12,13 @@ namespace trimkv {
 
 kernels::WeightFormat resolve_weight_format(const std::string& requested, DType stored) {
   if (requested.empty())
-    return stored == DType::BF16 ? kernels::WeightFormat::BF16
-           : stored == DType::F16 ? kernels::WeightFormat::F16
-                                  : kernels::WeightFormat::F32;
+    switch (stored) {
+      case DType::BF16: return kernels::WeightFormat::BF16;
+      case DType::F16: return kernels::WeightFormat::F16;
+      case DType::Q8_0: return kernels::WeightFormat::Q8_0;
+      case DType::Q4_0: return kernels::WeightFormat::Q4_0;
+      default: return kernels::WeightFormat::F32;
+    }
   try {
     return kernels::parse_weight_format(requested);
   } catch (const std::invalid_argument& e) {
@@ -22,6 +27,7 @@ kernels::WeightFormat resolve_weight_format(const std::string& requested, DType 
 }
 
 TextModel load_text_model(const std::string& dir, const ModelLoadOptions& options) {
+  if (fs::is_regular_file(dir)) return load_gguf_text_model(dir, options);  // a file can only be GGUF
   TRIMKV_CHECK(fs::is_directory(dir), Io, "model folder '", dir, "' does not exist");
   const std::string config_path = (fs::path(dir) / "config.json").string();
   TRIMKV_CHECK(fs::exists(config_path), Io, "model folder '", dir, "' has no config.json");

@@ -100,11 +100,14 @@ std::vector<int32_t> TextTurnEncoder::close_assistant_turn(const std::vector<Mes
   return encode(format().answer_close(history));
 }
 
-LoadedChatFormat load_chat_format(const std::string& dir, const Tokenizer& tokenizer, ContentStyle style) {
+namespace {
+// A loaded (or absent) template with the tokenizer's special tokens; `find` may throw.
+template <class Find>
+LoadedChatFormat chat_format_from(Find&& find, const Tokenizer& tokenizer, ContentStyle style) {
   LoadedChatFormat out;
   std::optional<ChatTemplate> t;
   try {
-    t = ChatTemplate::from_folder(dir, style == ContentStyle::Parts);
+    t = find();
   } catch (const Error& e) {
     // A template this interpreter cannot parse (too large, a malformed field): the model still
     // runs raw prompts; chat says why.
@@ -116,12 +119,29 @@ LoadedChatFormat load_chat_format(const std::string& dir, const Tokenizer& token
   out.format.emplace(std::move(*t), style);
   return out;
 }
+}  // namespace
+
+LoadedChatFormat load_chat_format(const std::string& dir, const Tokenizer& tokenizer, ContentStyle style) {
+  return chat_format_from([&] { return ChatTemplate::from_folder(dir, style == ContentStyle::Parts); }, tokenizer,
+                          style);
+}
+
+LoadedChatFormat embedded_chat_format(const std::string& source, const std::string& origin, const Tokenizer& tokenizer,
+                                      ContentStyle style) {
+  return chat_format_from([&] { return std::optional<ChatTemplate>(ChatTemplate::from_source(source, origin)); },
+                          tokenizer, style);
+}
 
 std::shared_ptr<const TextTurnEncoder> make_text_turn_encoder(const TextModel& model,
                                                               const std::vector<TemplateVar>& vars) {
   TRIMKV_CHECK(model.tokenizer, Config, "model folder '", model.dir, "' has no tokenizer.json: it cannot chat");
   return std::make_shared<TextTurnEncoder>(
-      model.dir, model.tokenizer, load_chat_format(model.dir, *model.tokenizer, ContentStyle::Strings), vars);
+      model.dir, model.tokenizer,
+      model.embedded_chat_template.empty()
+          ? load_chat_format(model.dir, *model.tokenizer, ContentStyle::Strings)
+          : embedded_chat_format(model.embedded_chat_template, model.dir + " (tokenizer.chat_template)",
+                                 *model.tokenizer, ContentStyle::Strings),
+      vars);
 }
 
 }  // namespace trimkv

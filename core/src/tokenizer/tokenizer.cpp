@@ -52,8 +52,9 @@ std::optional<bool> optional_flag(const nlohmann::json& config, const char* key)
 
 Tokenizer::Tokenizer(std::shared_ptr<const Impl> impl) : m_impl(std::move(impl)) {}
 
-Tokenizer Tokenizer::from_file(const std::string& path) {
-  const nlohmann::json root = parse_json(path);
+Tokenizer Tokenizer::from_file(const std::string& path) { return from_json(parse_json(path), path); }
+
+Tokenizer Tokenizer::from_json(const nlohmann::json& root, const std::string& path) {
   auto impl = std::make_shared<Impl>();
   impl->path = path;
   try {

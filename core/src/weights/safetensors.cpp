@@ -37,7 +37,12 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 const char* dtype_name(DType dtype) {
   for (const auto& e : kDTypes)
     if (e.dtype == dtype) return e.name;
-  return "?";
+  switch (dtype) {
+    case DType::Q8_0: return "Q8_0";
+    case DType::Q4_0: return "Q4_0";
+    case DType::Q4_1: return "Q4_1";
+    default: return "?";
+  }
 }
 
 size_t dtype_size(DType dtype) {

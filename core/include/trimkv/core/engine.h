@@ -34,6 +34,8 @@ struct ModelInfo {
   double rope_theta = 0;
   bool has_tokenizer = false;
   int64_t tokenizer_vocab_size = 0;
+  std::string tokenizer_origin;       // the tokenizer.json, or a GGUF file's metadata
+  std::string embedded_chat_template; // a template carried in the model file ("" for folders)
   std::vector<int32_t> eos_token_ids;
   int64_t kv_bytes_per_token = 0;  // K and V of one token over all layers and KV heads (float32)
   std::string gates_file;          // retention gates in use ("" = none)

@@ -3,6 +3,7 @@
 // `rope_scaling` + `rope_theta` (transformers v4) or `rope_parameters` (v5).
 #pragma once
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct RopeConfig {
   std::vector<int64_t> mrope_section;
   bool mrope_interleaved = false;  // Qwen3-VL: sections interleaved (t h w t h w ...), else chunked
   bool multimodal() const { return !mrope_section.empty(); }
+  // Per-frequency divisors given as a tensor (GGUF's rope_freqs of Llama 3.1-style files, which
+  // stand for the llama3 scaling); empty: none. head_dim / 2 entries.
+  std::vector<float> freq_factors;
 };
 
 // Defaults of a decoder family's config class, for fields a config.json leaves out.
@@ -62,6 +66,8 @@ std::string checkpoint_model_type(const std::string& dir);
 // family its model_type names (text_family.h), the generic ones for a type no family serves.
 // Errors name the file and the field (an mrope_section that does not sum to head_dim / 2 too).
 TextConfig load_text_config(const std::string& config_path);
+// The same from a parsed config object; `origin` names it in errors (e.g. a GGUF file's header).
+TextConfig text_config_from_json(const nlohmann::json& config, const std::string& origin);
 
 // Reads eos ids from generation_config.json next to config.json when present (they override the
 // config's). Returns false when the file is absent.

@@ -13,7 +13,9 @@
 
 namespace trimkv {
 
-enum class DType { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL };
+// Q8_0, Q4_0, Q4_1: llama.cpp's block-quantised types, found only in GGUF files (gguf.h); their
+// bytes are whole blocks of 32 values along the last dimension (dtype_size is 0 for them).
+enum class DType { F32, F16, BF16, F64, I64, I32, I16, I8, U8, BOOL, Q8_0, Q4_0, Q4_1 };
 
 const char* dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
@@ -47,6 +49,10 @@ struct TensorInfo {
   const uint8_t* data = nullptr;  // points into the mapping of `file`
   size_t n_bytes = 0;
   std::string file;               // path of the file that holds it (for error messages)
+  // GGUF files of llama-architecture models hold the q and k projections with each head's rows
+  // in interleaved rotary order (llama.cpp's converter permutes them): the number of heads to put
+  // back in Hugging Face's half-split order on load, 0 when the rows are as they are.
+  int64_t interleaved_rope_heads = 0;
 
   int64_t numel() const;
 };

@@ -72,10 +72,12 @@ class TextDecoder {
   // The matrices (embedding, q/k/v/o, gate/up/down, lm_head) are held in `format`
   // (kernels/weight_format.h), converted one layer at a time; a matrix the format cannot hold
   // (quantised formats need widths divisible by 32) is held in bfloat16 and named in `notes`.
+  // With `keep_stored`, a matrix stored in a held format (a GGUF file's q8_0 / q4_0 / f16 ...)
+  // stays in it, blocks as they are, and `format` is for the others (e.g. Q4_1).
   static std::shared_ptr<TextDecoder> load(const TextConfig& cfg, const TextFamily& family,
                                            const WeightStore& weights,
                                            kernels::WeightFormat format = kernels::WeightFormat::F32,
-                                           std::vector<std::string>* notes = nullptr);
+                                           std::vector<std::string>* notes = nullptr, bool keep_stored = false);
   TextDecoder(TextConfig cfg, const TextFamily& family, DecoderWeights weights);
 
   const TextConfig& config() const { return m_cfg; }

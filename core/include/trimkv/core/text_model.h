@@ -23,10 +23,13 @@ struct TextModel {
   std::string weight_root;                // text_weight_root: e.g. "model.language_model." 
   kernels::WeightFormat weight_format = kernels::WeightFormat::F32;  // how the matrices are held
   std::vector<std::string> weight_notes;  // matrices held in another format than asked, and why
+  // A chat template carried inside the model file (GGUF's tokenizer.chat_template); "" for
+  // folders, whose templates are files beside the weights.
+  std::string embedded_chat_template;
 };
 
-// How to hold a model's weight matrices: "" = the checkpoint's own dtype when it is bfloat16 or
-// float16, float32 otherwise; or one of f32, bf16, f16, q8, q4 (kernels/weight_format.h).
+// How to hold a model's weight matrices: "" = the checkpoint's own dtype when it is bfloat16,
+// float16, q8_0 or q4_0, float32 otherwise; or one of f32, bf16, f16, q8, q4 (kernels/weight_format.h).
 // Norms, biases and everything outside the matrices stay float32.
 struct ModelLoadOptions {
   std::string weights;
@@ -36,8 +39,9 @@ struct ModelLoadOptions {
 // unknown format).
 kernels::WeightFormat resolve_weight_format(const std::string& requested, DType stored);
 
-// Loads `dir` (config.json, safetensors, optional generation_config.json and tokenizer.json).
-// Errors name the folder, file, field or tensor; nothing is half-loaded on failure.
+// Loads `dir` (config.json, safetensors, optional generation_config.json and tokenizer.json), or
+// a .gguf file (gguf_model.h). Errors name the folder, file, field or tensor; nothing is
+// half-loaded on failure.
 TextModel load_text_model(const std::string& dir, const ModelLoadOptions& options = {});
 
 }  // namespace trimkv

@@ -23,12 +23,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace trimkv {
+
+class GgufFile;
 
 // What tokenizer_config.json adds to tokenizer.json: only the fields the runtime uses.
 // Ids are -1 when the token is not set or is not in the vocabulary.
@@ -50,6 +53,11 @@ class Tokenizer {
   static Tokenizer from_file(const std::string& path);
   // Loads dir/tokenizer.json and, when present, dir/tokenizer_config.json (see TokenizerConfig).
   static Tokenizer from_folder(const std::string& dir);
+  // The vocabulary a GGUF file carries (tokenizer.ggml.*: tokens, token types, merges, the
+  // pre-tokenizer named by tokenizer.ggml.pre, bos/eos/pad/unk ids, add_bos_token), rebuilt as
+  // the tokenizer.json that model would ship. Byte-level BPE ("gpt2") vocabularies only;
+  // Error{Unsupported} names the file and the tokenizer model or pre-tokenizer it does not know.
+  static Tokenizer from_gguf(const GgufFile& file);
 
   // Token ids of `text` (UTF-8; Error Input if it is not valid UTF-8). With add_special_tokens
   // the post-processor's template is applied (e.g. a BOS); SmolLM2 and Qwen2 add nothing.
@@ -68,6 +76,8 @@ class Tokenizer {
 
  private:
   friend class StreamDecoder;
+  // A parsed tokenizer.json; `origin` names it in errors.
+  static Tokenizer from_json(const nlohmann::json& root, const std::string& origin);
   struct Impl;
   explicit Tokenizer(std::shared_ptr<const Impl> impl);
   std::shared_ptr<const Impl> m_impl;  // immutable after loading; shared by copies
