@@ -117,15 +117,27 @@ OptionSpec weights_option() {
           "checkpoint's own dtype for bf16/f16 files, f32 otherwise)"};
 }
 
-std::string weights_arg(const Args& args) {
-  const std::string w = args.get("weights");
+OptionSpec kv_dtype_option() {
+  return {"kv-dtype", "T",
+          "store the KV cache's K and V as f32, bf16 or f16; attention accumulates in f32 (default: f16 for "
+          "checkpoints stored in 16 bits or fewer, f32 otherwise); MiB budgets follow it"};
+}
+
+namespace {
+// The value of option `name`, checked by `check` before the (slow) model load.
+std::string checked_arg(const Args& args, const char* name, void (*check)(const std::string&)) {
+  const std::string w = args.get(name);
   try {
-    check_weights_option(w);
+    check(w);
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
   return w;
 }
+}  // namespace
+
+std::string weights_arg(const Args& args) { return checked_arg(args, "weights", check_weights_option); }
+std::string kv_dtype_arg(const Args& args) { return checked_arg(args, "kv-dtype", check_kv_dtype_option); }
 
 std::string format_duration(double s) {
   const long t = static_cast<long>(s + 0.5);

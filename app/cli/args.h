@@ -53,6 +53,9 @@ std::vector<TemplateVar> parse_template_vars(const Args& args);
 // commands; weights_arg() checks it before the (slow) model load (UsageError naming it).
 OptionSpec weights_option();
 std::string weights_arg(const Args& args);
+// --kv-dtype, likewise (kv_dtype_arg checks it first).
+OptionSpec kv_dtype_option();
+std::string kv_dtype_arg(const Args& args);
 
 // "12m05s" / "1h02m" for progress lines.
 std::string format_duration(double seconds);

@@ -52,6 +52,7 @@ int cmd_chat(int argc, char** argv, int first) {
       {"prefill-chunk", "N", "tokens per prefill forward (default 256)"},
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
+      kv_dtype_option(),
       {"help", "", "show this help"},
   };
   add_policy_option_specs(specs);
@@ -80,6 +81,7 @@ int cmd_chat(int argc, char** argv, int first) {
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
+  options.kv_dtype = kv_dtype_arg(args);
   auto engine = vision::ChatEngine::load(model, options);
   if (eviction_requested(args)) engine->set_eviction(eviction);  // checked against the model
   if (!engine->has_chat_template()) throw UsageError(engine->chat_template_problem());

@@ -33,6 +33,7 @@ int cmd_eval(int argc, char** argv, int first) {
       {"quiet", "", "no progress on stderr"},
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
+      kv_dtype_option(),
       {"help", "", "show this help"},
   };
   add_policy_option_specs(specs);
@@ -58,6 +59,7 @@ int cmd_eval(int argc, char** argv, int first) {
   options.threads = args.get_int("threads", 0);
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
+  options.kv_dtype = kv_dtype_arg(args);
 
   std::vector<std::string> read_failures;
   const std::vector<w::WorldRecord> conversations = w::read_world_jsonl(data, limit, &read_failures);

@@ -141,6 +141,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"threads", "N", "CPU threads (default: the library's)"},
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
+      kv_dtype_option(),
       {"quiet", "", "no progress on stderr"},
       {"help", "", "show this help"},
   };
@@ -224,6 +225,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     options.threads = args.get_int("threads", 0);
     options.gates = args.get("gates");
     options.weights = weights_arg(args);
+    options.kv_dtype = kv_dtype_arg(args);
     engine = vision::ChatEngine::load(model, options);
   }
   g_sweep_cancel.store(false);

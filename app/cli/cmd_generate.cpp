@@ -100,6 +100,7 @@ int cmd_generate(int argc, char** argv, int first) {
       {"prefill-chunk", "N", "tokens per prefill forward (default 256)"},
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
+      kv_dtype_option(),
       {"json", "", "print one JSON object instead of streaming text"},
       {"help", "", "show this help"},
   };
@@ -133,6 +134,7 @@ int cmd_generate(int argc, char** argv, int first) {
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
+  options.kv_dtype = kv_dtype_arg(args);
   options.template_vars = parse_template_vars(args);
   // Chat-template prompts, images and vision-language checkpoints go through the conversation
   // engine; token-id prompts and raw text on text-only checkpoints through the text engine.

@@ -41,6 +41,7 @@ int cmd_info(int argc, char** argv, int first) {
       {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) or .gguf file (default: the embedded demo model)"},
       {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
       weights_option(),
+      kv_dtype_option(),
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
   };
@@ -54,6 +55,7 @@ int cmd_info(int argc, char** argv, int first) {
   // Vision-language checkpoints load through the VLM family registry; others as text models.
   EngineOptions options;
   options.weights = weights_arg(args);
+  options.kv_dtype = kv_dtype_arg(args);
   std::unique_ptr<vision::ChatEngine> vlm;
   if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir, options);
   const ModelInfo i = vlm ? vlm->info() : Engine::load(dir, options)->info();
@@ -67,7 +69,7 @@ int cmd_info(int argc, char** argv, int first) {
       {"tie_word_embeddings", i.tie_word_embeddings}, {"rope_type", i.rope_type},
       {"rope_theta", i.rope_theta}, {"tokenizer", i.has_tokenizer},
       {"tokenizer_vocab_size", i.tokenizer_vocab_size}, {"eos_token_ids", i.eos_token_ids},
-      {"kv_bytes_per_token", i.kv_bytes_per_token}, {"weights_held", i.weights_held},
+      {"kv_bytes_per_token", i.kv_bytes_per_token}, {"kv_dtype", i.kv_dtype}, {"weights_held", i.weights_held},
       {"weights_held_bytes", i.weights_held_bytes}, {"weight_notes", i.weight_notes}, {"kernel_isa", i.kernel_isa}};
   // The chat template, as conversations will use it (a broken one is reported, not fatal here).
   std::string chat_template = "none (raw prompts only)";
@@ -109,7 +111,8 @@ int cmd_info(int argc, char** argv, int first) {
             << "vocabulary     " << i.vocab_size
             << (i.tie_word_embeddings ? " (tied embeddings)" : "") << "\n"
             << "context        " << i.max_position_embeddings << " positions\n"
-            << "KV cache       " << i.kv_bytes_per_token << " bytes per token (all layers and KV heads)\n"
+            << "KV cache       " << i.kv_bytes_per_token << " bytes per token (" << i.kv_dtype
+            << "; all layers and KV heads)\n"
             << "tokenizer      "
             << (i.has_tokenizer ? i.tokenizer_origin + ", " + std::to_string(i.tokenizer_vocab_size) + " ids" : "none")
             << "\n"

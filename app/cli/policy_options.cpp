@@ -41,6 +41,8 @@ void add_policy_option_specs(std::vector<OptionSpec>& specs) {
        "KV budget in entries per layer and KV head (M_global = M x layers x KV heads)"},
       {"global-budget", "N",
        "KV budget in entries over all layers and KV heads (instead of --budget)"},
+      {"budget-mib", "MIB",
+       "KV budget in MiB of K and V over all layers and KV heads, at the cache's --kv-dtype (instead of --budget)"},
       {"policy-opt", "KEY=VALUE", "policy option, e.g. lookahead=2, floor=4", true},
       {"slack", "S",
        "compress when the cache exceeds the budget by S entries per head (default 32)"},
@@ -71,7 +73,7 @@ std::string policy_help() {
 }
 
 bool eviction_requested(const Args& args) {
-  for (const char* name : {"policy", "budget", "global-budget", "policy-opt", "slack",
+  for (const char* name : {"policy", "budget", "global-budget", "budget-mib", "policy-opt", "slack",
                            "whole-prompt-eviction", "trace", "trace-csv"})
     if (args.has(name) && !(std::string(name) == "policy" && args.get(name) == "full")) return true;
   return false;
@@ -83,8 +85,9 @@ EvictionSettings parse_policy_settings(const Args& args) {
   s.options = args.all("policy-opt");
   if (args.has("budget")) s.budget_per_head = parse_count(args, "budget");
   if (args.has("global-budget")) s.budget_global = parse_count(args, "global-budget");
-  if (args.has("budget") && args.has("global-budget"))
-    throw UsageError("give either --budget or --global-budget, not both");
+  if (args.has("budget-mib")) s.budget_mib = args.get_double("budget-mib", 0);
+  if (int(args.has("budget")) + int(args.has("global-budget")) + int(args.has("budget-mib")) > 1)
+    throw UsageError("give one of --budget, --global-budget and --budget-mib");
   if (args.has("slack")) s.slack = parse_count(args, "slack");
   s.whole_prompt = args.flag("whole-prompt-eviction");
   validate_eviction_settings(s);

@@ -144,6 +144,11 @@ void MainWindow::buildMenus() {
   open->setToolTip(tr("Open a model folder (a Hugging Face checkpoint of a supported family) (Ctrl+Shift+O)"));
   open->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_O));
   connect(open, &QAction::triggered, this, &MainWindow::chooseModelFolder);
+  QAction* openGguf = file->addAction(tr("Open a &GGUF file…"));
+  openGguf->setObjectName(QStringLiteral("openGgufAction"));
+  openGguf->setToolTip(tr("Open a model held as llama.cpp holds it: one .gguf file (llama, qwen2, qwen3; f32, f16, "
+                          "bf16, q8_0, q4_0, q4_1) with its tokenizer and chat template"));
+  connect(openGguf, &QAction::triggered, this, &MainWindow::chooseGgufFile);
   QMenu* gates = file->addMenu(tr("Retention &gates"));
   gates->setToolTipsVisible(true);
   QAction* gatesFile = gates->addAction(tr("Choose a gates &file…"));
@@ -1077,6 +1082,12 @@ void MainWindow::setGenerationParams(const trimkv::GenerationParams& params) {
 void MainWindow::chooseModelFolder() {
   const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a model folder"), m_model.dir);
   if (!dir.isEmpty()) openModel(dir);
+}
+
+void MainWindow::chooseGgufFile() {
+  const QString file = QFileDialog::getOpenFileName(this, tr("Open a GGUF model"), QFileInfo(m_model.dir).absolutePath(),
+                                                    tr("GGUF models (*.gguf);;All files (*)"));
+  if (!file.isEmpty()) openModel(file);
 }
 
 void MainWindow::attachImages() {

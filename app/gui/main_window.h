@@ -232,6 +232,7 @@ class MainWindow : public QMainWindow {
   void sendSampleTurn();  // the tour's first step
   void sendFromInput();
   void chooseModelFolder();
+  void chooseGgufFile();
   void attachImages();
   void scheduleEvictionChange();
   void applyEvictionFromControls();

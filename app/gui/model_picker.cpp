@@ -21,7 +21,7 @@ namespace {
 // The family that runs `model_type` ("" with the reason in `problem` when none does).
 QString familyOf(const std::string& model_type, QString& problem) {
   if (model_type.empty()) {
-    problem = QObject::tr("no readable config.json with a model_type");
+    problem = QObject::tr("no readable config.json with a model_type (or not a GGUF file of a supported architecture)");
     return {};
   }
   const QString family = QString::fromStdString(trimkv::vision::ChatEngine::family_for_model_type(model_type));
@@ -66,8 +66,8 @@ std::vector<ModelChoice> listModelChoices() {
     c.source = ModelChoice::Source::Recent;
     c.name = QFileInfo(dir).fileName();
     c.dir = dir;
-    if (QFileInfo(dir).isDir()) c.family = familyOfFolder(dir, c.problem);
-    else c.problem = QObject::tr("the folder is gone");
+    if (QFileInfo(dir).isDir() || QFileInfo(dir).isFile()) c.family = familyOfFolder(dir, c.problem);  // folder or GGUF
+    else c.problem = QObject::tr("the folder or file is gone");
     out.push_back(c);
   }
   return out;
@@ -130,7 +130,7 @@ void ModelPicker::fill() {
       item->setToolTip(3, c.dir);
     }
   }
-  if (m_choices.empty()) new QTreeWidgetItem(m_tree, {tr("No models found: use File > Open model folder…")});
+  if (m_choices.empty()) new QTreeWidgetItem(m_tree, {tr("No models found: use File > Open model folder… or Open a GGUF file…")});
 }
 
 int ModelPicker::indexOf(const QTreeWidgetItem* item) const {

@@ -25,7 +25,7 @@ Engine::~Engine() = default;
 std::unique_ptr<Engine> Engine::load(const std::string& dir, const EngineOptions& options) {
   apply_engine_options(options);
   auto impl = std::make_unique<Impl>();
-  impl->model = load_text_model(dir, {options.weights});
+  impl->model = load_text_model(dir, {options.weights, options.kv_dtype});
   impl->options = options;
   LoadedGates loaded = load_engine_gates(options, dir, impl->model);
   impl->gates = std::move(loaded.gates);
@@ -52,7 +52,7 @@ std::string Engine::detokenize(const std::vector<int32_t>& ids, bool skip_specia
 
 GenerationResult Engine::generate(const std::vector<int32_t>& prompt, const GenerationParams& params,
                                   const TextCallback& on_text, const std::atomic<bool>* cancel) {
-  KvCache cache(kv_geometry_of(m_impl->model.config, m_impl->options.block_size));
+  KvCache cache(kv_geometry_of(m_impl->model.config, m_impl->options.block_size), kv_tensor_options(m_impl->model));
   TextRunner runner(m_impl->model, cache, m_impl->options.prefill_chunk);
   runner.set_eviction(nullptr, m_impl->gates.get());  // log β recorded in every entry
   return trimkv::generate(runner, prompt, params, on_text, cancel);
@@ -62,8 +62,8 @@ GenerationResult Engine::generate(const std::vector<int32_t>& prompt, const Gene
                                   const EvictionSettings& eviction, const TextCallback& on_text,
                                   const std::atomic<bool>* cancel) {
   const KvGeometry g = kv_geometry_of(m_impl->model.config, m_impl->options.block_size);
-  Evictor evictor(eviction, g);  // validates policy, options and budget for this model
-  KvCache cache(g);
+  KvCache cache(g, kv_tensor_options(m_impl->model));
+  Evictor evictor(eviction, g, static_cast<int>(cache.k_pool().element_size()));  // validates policy, options, budget
   TextRunner runner(m_impl->model, cache, m_impl->options.prefill_chunk);
   runner.set_eviction(&evictor, m_impl->gates.get());  // gate policies refuse without gates
   return trimkv::generate(runner, prompt, params, on_text, cancel);

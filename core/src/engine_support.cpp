@@ -13,8 +13,13 @@ void check_weights_option(const std::string& weights) {
   if (!weights.empty()) (void)resolve_weight_format(weights, DType::F32);
 }
 
+void check_kv_dtype_option(const std::string& kv_dtype) {
+  if (!kv_dtype.empty()) (void)resolve_kv_dtype(kv_dtype, DType::F32);
+}
+
 void apply_engine_options(const EngineOptions& options) {
   check_weights_option(options.weights);
+  check_kv_dtype_option(options.kv_dtype);
   TRIMKV_CHECK(options.threads >= 0, Input, "threads must be >= 0, got ", options.threads);
   TRIMKV_CHECK(options.prefill_chunk > 0, Input, "prefill chunk must be > 0, got ", options.prefill_chunk);
   TRIMKV_CHECK(options.block_size > 0, Input, "block size must be > 0, got ", options.block_size);
@@ -71,7 +76,8 @@ ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
   i.tokenizer_origin = m.tokenizer ? m.tokenizer->path() : "";
   i.embedded_chat_template = m.embedded_chat_template;
   i.eos_token_ids = c.eos_token_ids;
-  i.kv_bytes_per_token = c.n_layer * c.n_kv_head * c.head_dim * 2 * static_cast<int64_t>(sizeof(float));
+  i.kv_bytes_per_token = c.n_layer * c.n_kv_head * c.head_dim * 2 * static_cast<int64_t>(kernels::kv_dtype_size(m.kv_dtype));
+  i.kv_dtype = kernels::kv_dtype_name(m.kv_dtype);
   if (gates.gates) {
     i.gates_file = gates.path;
     i.gates_kind = gate_kind_name(gates.gates->config().kind);

@@ -118,10 +118,36 @@ constexpr int64_t kMinWorkPerChunk = 1 << 15;
 #define TRIMKV_ROW_KERNEL_CLONES
 #endif
 
+// The first n values of a 16-bit pool block widened to float32 (exact: every bf16 / f16 value is
+// a float32 value).
+TRIMKV_ROW_KERNEL_CLONES void widen_block(const uint16_t* src, KvDtype dtype, int64_t n, float* dst) {
+  if (dtype == KvDtype::BF16) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      dst[i] = f;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(c10::Half(src[i], c10::Half::from_bits()));
+  }
+}
+
+// Block `block` of a pool as float32 rows: the block itself for float32 pools, else widened into
+// `buf` (block_size * head_dim floats), first n_rows rows only.
+inline const float* block_rows(const void* pool, KvDtype dtype, int32_t block, int64_t block_elems, int n_rows,
+                               int d, float* buf) {
+  if (dtype == KvDtype::F32) return static_cast<const float*>(pool) + block * block_elems;
+  widen_block(static_cast<const uint16_t*>(pool) + block * block_elems, dtype, static_cast<int64_t>(n_rows) * d, buf);
+  return buf;
+}
+
 // One (query head, query row) task. scores: scratch of >= visible length; acc: scratch [head_dim];
-// sum_row: attn_sum row of this head's KV head, or nullptr.
+// block_buf: scratch [block_size * head_dim] (16-bit pools); sum_row: attn_sum row of this head's
+// KV head, or nullptr.
 TRIMKV_ROW_KERNEL_CLONES void attend_row(const PagedAttentionParams& p, int qh, int row,
-                                         float* scores, float* acc, float* sum_row) {
+                                         float* scores, float* acc, float* block_buf, float* sum_row) {
   const PagedKvView& kv = p.kv;
   const int d = kv.head_dim;
   const int bs = kv.block_size;
@@ -141,8 +167,8 @@ TRIMKV_ROW_KERNEL_CLONES void attend_row(const PagedAttentionParams& p, int qh, 
 
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float* kb = kv.k_pool + table[b] * block_elems;
     const int n_in = static_cast<int>(std::min<int64_t>(bs, visible - b * bs));
+    const float* kb = block_rows(kv.k_pool, kv.dtype, table[b], block_elems, n_in, d, block_buf);
     float* s = scores + b * bs;
     int j = 0;
     for (; j + 4 <= n_in; j += 4) dot4(q, kb + static_cast<int64_t>(j) * d, d, s + j);
@@ -163,8 +189,8 @@ TRIMKV_ROW_KERNEL_CLONES void attend_row(const PagedAttentionParams& p, int qh, 
 
   std::fill(acc, acc + d, 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const float* vb = kv.v_pool + table[b] * block_elems;
     const int n_in = static_cast<int>(std::min<int64_t>(bs, visible - b * bs));
+    const float* vb = block_rows(kv.v_pool, kv.dtype, table[b], block_elems, n_in, d, block_buf);
     const float* w = scores + b * bs;
     int j = 0;
     for (; j + 4 <= n_in; j += 4) axpy4(acc, w + j, vb + static_cast<int64_t>(j) * d, d);
@@ -186,6 +212,23 @@ inline void task_coords(int64_t t, int n_head, int n_q, int* qh, int* row) {
 }
 
 }  // namespace
+
+const char* kv_dtype_name(KvDtype d) {
+  switch (d) {
+    case KvDtype::F32: return "f32";
+    case KvDtype::BF16: return "bf16";
+    case KvDtype::F16: return "f16";
+  }
+  return "?";
+}
+
+KvDtype parse_kv_dtype(const std::string& name) {
+  for (KvDtype d : {KvDtype::F32, KvDtype::BF16, KvDtype::F16})
+    if (name == kv_dtype_name(d)) return d;
+  throw std::invalid_argument("unknown KV dtype '" + name + "' (f32, bf16 or f16)");
+}
+
+int kv_dtype_size(KvDtype d) { return d == KvDtype::F32 ? 4 : 2; }
 
 int32_t PagedKvView::max_length() const {
   int32_t m = 0;
@@ -221,6 +264,7 @@ void paged_attention_cpu(const PagedAttentionParams& p) {
     const int64_t t_end = (c + 1) * n_tasks / n_chunks;
     std::vector<float> scores(static_cast<size_t>(std::max<int64_t>(1, max_len)));
     std::vector<float> acc(static_cast<size_t>(d));
+    std::vector<float> block_buf(p.kv.dtype == KvDtype::F32 ? 0 : static_cast<size_t>(p.kv.block_size) * d);
     float* sums = nullptr;
     if (p.attn_sum != nullptr)
       sums = c == 0 ? p.attn_sum : private_sums.data() + (c - 1) * n_kv_head * sum_stride;
@@ -228,7 +272,7 @@ void paged_attention_cpu(const PagedAttentionParams& p) {
       int qh = 0, row = 0;
       task_coords(t, p.n_head, p.n_q, &qh, &row);
       float* sum_row = sums != nullptr ? sums + (qh / group) * sum_stride : nullptr;
-      attend_row(p, qh, row, scores.data(), acc.data(), sum_row);
+      attend_row(p, qh, row, scores.data(), acc.data(), block_buf.data(), sum_row);
     }
   };
 

@@ -82,3 +82,40 @@ TEST_CASE("trimkv reports bad input with a message and an exit code", "[cli][bad
   require_clean_error(run_cli({"tokenize", "--model", kModel}), "--text");
   REQUIRE(run_cli({"generate", "--model", kModel, "--bogus"}).code == 2);
 }
+
+TEST_CASE("--kv-dtype sets the cache's storage, shown by info; GGUF files open like folders", "[cli][kv-dtype][gguf]") {
+  const auto info = [](std::vector<std::string> extra, const std::string& model = kModel) {
+    std::vector<std::string> args = {"info", "--model", model, "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const trimkv::test::CliRun r = run_cli(args);
+    CAPTURE(r.err);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto f32 = info({}), f16 = info({"--kv-dtype", "f16"});
+  CHECK(f32["kv_dtype"] == "f32");
+  CHECK(f16["kv_dtype"] == "f16");
+  CHECK(f16["kv_bytes_per_token"].get<int64_t>() * 2 == f32["kv_bytes_per_token"].get<int64_t>());
+  require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2", "--kv-dtype", "fp8"}),
+                      "unknown KV dtype 'fp8'");
+  require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2", "--budget", "8", "--budget-mib", "1"}),
+                      "give one of --budget");
+  // A MiB budget holds the cache to that many bytes at the stored dtype.
+  const trimkv::test::CliRun r = run_cli({"generate", "--model", kModel, "--prompt-ids", "1,5,9,13,17,21,25,29",
+                                          "--max-new-tokens", "24", "--policy", "streamingllm", "--kv-dtype", "f16",
+                                          "--budget-mib", "0.0078125", "--json"});  // 8 KiB = 128 f16 entries
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["budget"] == 128);
+  const std::string gguf = trimkv::test::data_dir() + "/gguf/llama_gqa.q8_0-q8_0.gguf";
+  const auto g = info({}, gguf);
+  CHECK(g["dtype"] == "Q8_0");
+  CHECK(g["weights_held"] == "q8");
+  CHECK(g["kv_dtype"] == "f16");
+  const trimkv::test::CliRun t = run_cli({"tokenize", "--model", gguf, "--text", "Hello world"});
+  REQUIRE(t.code == 0);
+  const trimkv::test::CliRun t2 = run_cli({"tokenize", "--model", kModel, "--text", "Hello world"});
+  CHECK(t.out == t2.out);
+  require_clean_error(run_cli({"info", "--model", trimkv::test::data_dir() + "/gguf/tokens.json"}), "not a GGUF file");
+}

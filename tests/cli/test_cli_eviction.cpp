@@ -91,7 +91,7 @@ TEST_CASE("trimkv generate refuses bad eviction options with one clear message",
   require_clean_error(
       run_cli(gen({"--policy", "dbtrimkv", "--global-budget", "10", "--policy-opt", "floor=3"})),
       "floor 3");
-  require_clean_error(run_cli(gen({"--budget", "8", "--global-budget", "100"})), "not both");
+  require_clean_error(run_cli(gen({"--budget", "8", "--global-budget", "100"})), "give one of --budget");
   require_clean_error(run_cli(gen({"--policy", "snapkv"})), "needs a budget");
   require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "x"})), "not an integer");
 }

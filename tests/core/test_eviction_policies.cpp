@@ -395,7 +395,7 @@ TEST_CASE("Bad eviction settings are refused with clear errors before any work",
   REQUIRE_THROWS_WITH(make(s), Contains("positive"));
   s.budget_per_head = 64;
   s.budget_global = 100;
-  REQUIRE_THROWS_WITH(make(s), Contains("not both"));
+  REQUIRE_THROWS_WITH(make(s), Contains("give one budget"));
   s.budget_global.reset();
   s.options = {"windw=4"};
   REQUIRE_THROWS_WITH(make(s), Contains("no option 'windw'") && Contains("window"));

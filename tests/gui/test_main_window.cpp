@@ -1670,6 +1670,36 @@ class MainWindowTest : public QObject {
     QCOMPARE(QString::fromStdString(w.model().info.weights_held), QStringLiteral("f32"));
     QVERIFY(w.findChild<QAction*>(QStringLiteral("weights_own"))->isChecked());
   }
+
+  void aGgufFileOpensAndChatsThroughTheTemplateItCarries() {
+    // File > Open a GGUF file… exists; a .gguf opened (as the dialog would) loads with its
+    // matrices as stored (q8_0), its vocabulary and its chat template, answers, and is listed
+    // among the recent models with its family.
+    MainWindow w;
+    w.restoreSettings();  // recent models recorded
+    w.show();
+    QVERIFY(w.findChild<QAction*>(QStringLiteral("openGgufAction")));
+    const QString file = QStringLiteral(TRIMKV_TEST_DATA_DIR "/gguf/llama_gqa.q8_0-q8_0.gguf");
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.openModel(file);
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    for (QMessageBox* box : w.findChildren<QMessageBox*>()) box->accept();
+    QCOMPARE(w.model().dir, file);
+    QCOMPARE(QString::fromStdString(w.model().info.weights_held), QStringLiteral("q8"));
+    QVERIFY2(w.model().chatTemplate.contains(QStringLiteral("tokenizer.chat_template")), qPrintable(w.model().chatTemplate));
+    trimkv::GenerationParams params;
+    params.max_new_tokens = 4;
+    params.stop_at_eos = false;
+    w.setGenerationParams(params);
+    QSignalSpy finished(&w, &MainWindow::answerFinished);
+    w.sendTurn(QStringLiteral("Hello"), {});
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    QCOMPARE(finished.takeFirst().at(0).value<TurnStats>().generatedTokens, int64_t{4});
+    QString listed;
+    for (const ModelChoice& c : listModelChoices())
+      if (c.source == ModelChoice::Source::Recent && c.dir == file) listed = c.problem.isEmpty() ? c.family : c.problem;
+    QCOMPARE(listed, QStringLiteral("llama"));
+  }
 };
 
 QTEST_MAIN(MainWindowTest)

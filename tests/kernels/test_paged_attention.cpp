@@ -264,3 +264,34 @@ TEST_CASE("paged_attention stays exact for sharply peaked and for flat softmax",
     CHECK(max_abs_diff(got.attn_sum, want.attn_sum) < 1e-5 * 3 * 2);
   }
 }
+
+TEST_CASE("paged_attention over bf16 / f16 pools equals float32 attention over the same values",
+          "[kernels][kv-dtype]") {
+  // 16-bit storage is widened exactly as it is read: the result is the float32 kernel's on the
+  // rounded K/V, bit for bit (prefill and decode, every thread count), and the dense float64
+  // reference's on them within the usual 1e-5.
+  const auto dtype = GENERATE(trimkv::kernels::KvDtype::BF16, trimkv::kernels::KvDtype::F16);
+  const int n_q = GENERATE(1, 7);
+  std::mt19937 rng(31 + n_q);
+  at::manual_seed(31);
+  RandomPagedCache cache({40, 17, 64, 33}, 64, 16, 2, rng);
+  const at::ScalarType st = dtype == trimkv::kernels::KvDtype::BF16 ? at::kBFloat16 : at::kHalf;
+  // The float32 pools become the rounded values; the 16-bit pools hold them (NaN rows stay NaN).
+  const at::Tensor k16 = cache.k_pool.to(st), v16 = cache.v_pool.to(st);
+  cache.k_pool = k16.to(at::kFloat);
+  cache.v_pool = v16.to(at::kFloat);
+  PagedKvView view16 = cache.view();
+  view16.k_pool = k16.data_ptr();
+  view16.v_pool = v16.data_ptr();
+  view16.dtype = dtype;
+  const at::Tensor q = at::randn({n_q, 8, 64});
+  const double scale = 0.125;
+  const auto got = paged_attention_with_stats(q, view16, scale);
+  const auto want = paged_attention_with_stats(q, cache.view(), scale);
+  CHECK(at::equal(got.out, want.out));
+  CHECK(at::equal(got.attn_sum, want.attn_sum));
+  CHECK(max_abs_diff(got.out, reference_attention(q, cache, scale).out) < 1e-5);
+  CHECK(std::string(trimkv::kernels::kv_dtype_name(dtype)) == (st == at::kBFloat16 ? "bf16" : "f16"));
+  CHECK(trimkv::kernels::parse_kv_dtype("f16") == trimkv::kernels::KvDtype::F16);
+  CHECK_THROWS_WITH(trimkv::kernels::parse_kv_dtype("f8"), Catch::Contains("unknown KV dtype 'f8'"));
+}

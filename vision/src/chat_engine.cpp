@@ -51,10 +51,10 @@ std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& spec, const Engi
   apply_engine_options(options);
   auto impl = std::make_unique<Impl>();
   if (vision::is_vlm_checkpoint(dir)) {
-    impl->model = load_vlm(dir, options.template_vars, {options.weights});
+    impl->model = load_vlm(dir, options.template_vars, {options.weights, options.kv_dtype});
   } else {  // a text model: the same conversation, text only
     impl->model = std::make_shared<VlmModel>();
-    impl->model->text = load_text_model(dir, {options.weights});
+    impl->model->text = load_text_model(dir, {options.weights, options.kv_dtype});
     impl->model->encoder = make_text_turn_encoder(impl->model->text, options.template_vars);
   }
   impl->options = options;

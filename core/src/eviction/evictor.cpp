@@ -19,10 +19,10 @@ double ms_between(std::chrono::steady_clock::time_point a,
 
 }  // namespace
 
-Evictor::Evictor(const EvictionSettings& settings, const KvGeometry& g)
+Evictor::Evictor(const EvictionSettings& settings, const KvGeometry& g, int bytes_per_value)
     : m_settings(settings), m_geometry(g) {
   validate_eviction_settings(settings);
-  const Budget budget = budget_of(settings);
+  const Budget budget = budget_of(settings, g, bytes_per_value);
   const PolicyOptions options = parse_policy_options(settings.options);
   m_policy = make_policy(settings.policy, options, budget, g);
   m_needs = m_policy->needs();

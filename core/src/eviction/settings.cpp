@@ -1,21 +1,38 @@
 // Plain-value eviction settings (eviction_settings.h): validation without a model.
+#include <algorithm>
+#include <cmath>
+
 #include "trimkv/core/error.h"
 #include "trimkv/core/eviction_policy.h"
 #include "trimkv/core/eviction_settings.h"
 
 namespace trimkv {
 
-Budget budget_of(const EvictionSettings& s) {
-  TRIMKV_CHECK(!(s.budget_per_head && s.budget_global), Input,
-               "give either a per-head budget or a global budget, not both");
+namespace {
+void check_budgets(const EvictionSettings& s) {
+  TRIMKV_CHECK(int(s.budget_per_head.has_value()) + int(s.budget_global.has_value()) + int(s.budget_mib.has_value()) <= 1,
+               Input, "give one budget: per head, global, or in MiB, not several");
+  if (s.budget_per_head) (void)Budget::per_head(*s.budget_per_head);
+  if (s.budget_global) (void)Budget::global(*s.budget_global);
+  if (s.budget_mib)
+    TRIMKV_CHECK(*s.budget_mib > 0 && std::isfinite(*s.budget_mib), Input, "a MiB budget must be > 0, got ", *s.budget_mib);
+}
+}  // namespace
+
+Budget budget_of(const EvictionSettings& s, const KvGeometry& g, int bytes_per_value) {
+  check_budgets(s);
   if (s.budget_per_head) return Budget::per_head(*s.budget_per_head);
   if (s.budget_global) return Budget::global(*s.budget_global);
+  if (s.budget_mib) {
+    const double entries = std::floor(*s.budget_mib * 1048576.0 / static_cast<double>(kv_bytes_per_entry(g, bytes_per_value)));
+    return Budget::global(static_cast<int64_t>(std::max(1.0, std::min(entries, 9e18))));
+  }
   return Budget::unlimited();
 }
 
 void validate_eviction_settings(const EvictionSettings& s) {
   validate_policy_options(s.policy, parse_policy_options(s.options));
-  budget_of(s);
+  check_budgets(s);
   TRIMKV_CHECK(s.slack >= 0, Input, "slack must be >= 0 entries per head, got ", s.slack);
 }
 

@@ -89,6 +89,15 @@ DType dtype_of(GgmlType t, const GgufTensor& tensor, const std::string& path) {
 
 }  // namespace
 
+std::string gguf_model_type(const std::string& path) {
+  try {
+    if (!is_gguf_file(path)) return "";
+    return architecture_of(GgufFile(path)).model_type;
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 TextConfig gguf_text_config(const GgufFile& f) {
   const GgufArchitecture& a = architecture_of(f);
   const std::string p = std::string(a.arch) + ".";
@@ -194,6 +203,7 @@ TextModel load_gguf_text_model(const std::string& path, const ModelLoadOptions& 
   // By default every matrix stays as the file stores it (a q4_0 file's embedding is often q8_0);
   // no kernel reads Q4_1: requantised to q8_0 it loses nothing a q4 copy would keep.
   const bool as_stored = options.weights.empty();
+  m.kv_dtype = resolve_kv_dtype(options.kv_dtype, m.weight_dtype);
   m.weight_format = resolve_weight_format(options.weights, m.weight_dtype == DType::Q4_1 ? DType::Q8_0 : m.weight_dtype);
   if (as_stored && m.weight_dtype == DType::Q4_1)
     m.weight_notes.push_back("the file's Q4_1 matrices are held as q8 (no kernel reads Q4_1; --weights q4 requantises "

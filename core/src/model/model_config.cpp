@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/gguf_model.h"
 #include "trimkv/core/text_family.h"
 
 namespace trimkv {
@@ -119,6 +120,7 @@ void parse_rope(const Fields& f, RopeConfig& rope) {
 }  // namespace
 
 std::string checkpoint_model_type(const std::string& dir) {
+  if (std::filesystem::is_regular_file(dir)) return gguf_model_type(dir);
   std::ifstream in(std::filesystem::path(dir) / "config.json");
   if (!in.good()) return "";
   const json j = json::parse(in, nullptr, false);

@@ -26,6 +26,23 @@ kernels::WeightFormat resolve_weight_format(const std::string& requested, DType 
   }
 }
 
+kernels::KvDtype resolve_kv_dtype(const std::string& requested, DType stored) {
+  if (requested.empty()) return stored == DType::F32 || stored == DType::F64 ? kernels::KvDtype::F32 : kernels::KvDtype::F16;
+  try {
+    return kernels::parse_kv_dtype(requested);
+  } catch (const std::invalid_argument& e) {
+    TRIMKV_FAIL(Input, "--kv-dtype: ", e.what());
+  }
+}
+
+at::TensorOptions kv_tensor_options(const TextModel& model) {
+  switch (model.kv_dtype) {
+    case kernels::KvDtype::BF16: return at::TensorOptions().dtype(at::kBFloat16);
+    case kernels::KvDtype::F16: return at::TensorOptions().dtype(at::kHalf);
+    default: return at::TensorOptions().dtype(at::kFloat);
+  }
+}
+
 TextModel load_text_model(const std::string& dir, const ModelLoadOptions& options) {
   if (fs::is_regular_file(dir)) return load_gguf_text_model(dir, options);  // a file can only be GGUF
   TRIMKV_CHECK(fs::is_directory(dir), Io, "model folder '", dir, "' does not exist");
@@ -40,6 +57,7 @@ TextModel load_text_model(const std::string& dir, const ModelLoadOptions& option
   m.weight_dtype = weights.dominant_dtype();
   m.weight_bytes = weights.total_bytes();
   m.weight_format = resolve_weight_format(options.weights, m.weight_dtype);
+  m.kv_dtype = resolve_kv_dtype(options.kv_dtype, m.weight_dtype);
   m.decoder = TextDecoder::load(m.config, *m.family, weights, m.weight_format, &m.weight_notes);
   m.weight_root = text_weight_root(weights);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {

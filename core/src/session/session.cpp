@@ -15,7 +15,7 @@ Session::Session(const TextModel& model, std::shared_ptr<const TurnEncoder> enco
     : m_model(&model),
       m_encoder(std::move(encoder)),
       m_options(options),
-      m_cache(kv_geometry_of(model.config, options.block_size)) {
+      m_cache(kv_geometry_of(model.config, options.block_size), kv_tensor_options(model)) {
   TRIMKV_CHECK(m_encoder, Input, "a session needs a turn encoder (model '", model.dir, "')");
   new_runner();
 }
@@ -25,7 +25,8 @@ Session::~Session() = default;
 void Session::new_runner() {
   m_runner = std::make_unique<TextRunner>(*m_model, m_cache, m_options.prefill_chunk);
   if (m_owned_settings) {  // a fresh evictor for the rebuilt cache (its trace starts anew)
-    m_owned_evictor = std::make_unique<Evictor>(*m_owned_settings, m_cache.geometry());
+    m_owned_evictor = std::make_unique<Evictor>(*m_owned_settings, m_cache.geometry(),
+                                                 static_cast<int>(m_cache.k_pool().element_size()));
     m_evictor = m_owned_evictor.get();
   }
   if (m_evictor || m_scorer) m_runner->set_eviction(m_evictor, m_scorer);
@@ -40,7 +41,8 @@ void Session::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
 }
 
 void Session::set_eviction(const EvictionSettings& settings, const EntryScorer* scorer) {
-  auto evictor = std::make_unique<Evictor>(settings, m_cache.geometry());  // validates
+  auto evictor = std::make_unique<Evictor>(settings, m_cache.geometry(),
+                                           static_cast<int>(m_cache.k_pool().element_size()));  // validates
   m_runner->set_eviction(evictor.get(), scorer);  // gates the policy needs
   m_owned_settings = std::make_unique<EvictionSettings>(settings);
   m_owned_evictor = std::move(evictor);

@@ -37,7 +37,8 @@ struct ModelInfo {
   std::string tokenizer_origin;       // the tokenizer.json, or a GGUF file's metadata
   std::string embedded_chat_template; // a template carried in the model file ("" for folders)
   std::vector<int32_t> eos_token_ids;
-  int64_t kv_bytes_per_token = 0;  // K and V of one token over all layers and KV heads (float32)
+  int64_t kv_bytes_per_token = 0;  // K and V of one token over all layers and KV heads, as stored
+  std::string kv_dtype;            // how the KV cache stores K and V: f32, bf16, f16
   std::string gates_file;          // retention gates in use ("" = none)
   std::string gates_kind;          // dbtrimkv | trimkv
   int64_t gates_parameters = 0;
@@ -57,10 +58,15 @@ struct EngineOptions {
   // How the weight matrices are held (text_model.h ModelLoadOptions): "" = the checkpoint's own
   // bf16/f16, else f32; or f32, bf16, f16, q8, q4.
   std::string weights;
+  // How the KV cache stores K and V (ModelLoadOptions): "" = f16 for checkpoints stored in 16
+  // bits or fewer, else f32; or f32, bf16, f16.
+  std::string kv_dtype;
 };
 
 // Error{Input} naming `weights` unless it is "" or a weight format (f32, bf16, f16, q8, q4).
 void check_weights_option(const std::string& weights);
+// Error{Input} naming `kv_dtype` unless it is "" or f32, bf16, f16.
+void check_kv_dtype_option(const std::string& kv_dtype);
 
 // A retention-gates file checked against a model's config.json alone (no weights needed: the
 // released gates' real shapes against a config-only folder).

@@ -16,6 +16,9 @@ struct EvictionSettings {
   std::vector<std::string> options;        // "key=value" items, e.g. "lookahead=2"
   std::optional<int64_t> budget_per_head;  // M (entries per layer and KV head)
   std::optional<int64_t> budget_global;    // M_global (entries over all layers and KV heads)
+  // Or bytes: MiB of K and V over all layers and KV heads, at the cache's dtype (--kv-dtype):
+  // M_global = floor(MiB · 2^20 / (2 · head_dim · bytes per value)), at least 1.
+  std::optional<double> budget_mib;
   int64_t slack = 32;         // per head: compress when entries > budget + slack·L·H_kv
   bool whole_prompt = false;  // evict only after the whole prompt (reference behaviour) instead
                               // of after every prefill chunk
@@ -23,10 +26,11 @@ struct EvictionSettings {
 };
 
 // Checks everything that needs no model: policy name, option keys and values, budget > 0, at most
-// one of the two budgets, slack >= 0. Error{Input} with a clear message.
+// one of the three budgets, slack >= 0. Error{Input} with a clear message.
 void validate_eviction_settings(const EvictionSettings& settings);
-// The budget the settings give (unlimited when neither is set). Validates the values.
-Budget budget_of(const EvictionSettings& settings);
+// The budget the settings give for a cache of geometry `g` storing `bytes_per_value` bytes per
+// K/V value (unlimited when none is set). Validates the values.
+Budget budget_of(const EvictionSettings& settings, const KvGeometry& g, int bytes_per_value = 4);
 // One option of a policy (its registry table, eviction_policy.h): kind, default, range, help.
 struct PolicyOptionInfo {
   enum class Kind { Int, Double, Choice };

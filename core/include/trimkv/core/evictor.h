@@ -31,7 +31,8 @@ class KvCache;
 class Evictor final : public AttentionObserver {
  public:
   // Validates the settings and builds the policy for geometry g (Error{Input} before any work).
-  Evictor(const EvictionSettings& settings, const KvGeometry& g);
+  // bytes_per_value: of the cache's K/V storage (a MiB budget's unit).
+  Evictor(const EvictionSettings& settings, const KvGeometry& g, int bytes_per_value = 4);
   ~Evictor() override;
 
   // Error{Input} "policy X needs retention gates" when the policy needs log β and has_gates is

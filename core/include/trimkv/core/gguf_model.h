@@ -31,6 +31,10 @@ WeightStore gguf_weight_store(std::shared_ptr<const GgufFile> file, const TextCo
 // standing in for Q4_1.
 DType gguf_dominant_dtype(const WeightStore& weights);
 
+// The config.json model_type a GGUF file's general.architecture stands for ("" when the file is
+// unreadable, not GGUF, or of another architecture).
+std::string gguf_model_type(const std::string& path);
+
 // load_text_model for a .gguf file.
 TextModel load_gguf_text_model(const std::string& path, const ModelLoadOptions& options);
 

@@ -18,7 +18,8 @@ namespace trimkv {
 
 class KvCache {
  public:
-  // options: dtype/device of the pools (the CPU attention kernel needs float32 on the CPU).
+  // options: dtype/device of the pools (the CPU attention kernel reads float32, bfloat16 or
+  // float16 pools on the CPU; --kv-dtype, kv_tensor_options).
   // initial_blocks pre-sizes the pool; it grows on demand (capacity doubles).
   explicit KvCache(const KvGeometry& geometry,
                    at::TensorOptions options = at::TensorOptions().dtype(at::kFloat),
@@ -49,11 +50,11 @@ class KvCache {
   const KvGeometry& geometry() const { return m_book.geometry(); }
   int32_t length(int il, int h) const { return m_book.length(il, h); }
 
-  // View of layer il for the attention kernel; valid until the next mutation. Requires float32
-  // CPU pools.
+  // View of layer il for the attention kernel; valid until the next mutation. Requires float32,
+  // bfloat16 or float16 CPU pools.
   kernels::PagedKvView layer_view(int il) const;
 
-  // Gathered copies of head h of layer il in cache order.
+  // Gathered copies of head h of layer il in cache order, as float32.
   at::Tensor keys(int il, int h) const;             // [length, head_dim]
   at::Tensor values(int il, int h) const;           // [length, head_dim]
   const at::Tensor& k_pool() const { return m_k; }  // [capacity_blocks, block_size, head_dim]

@@ -58,8 +58,8 @@ struct TextConfig {
   std::string torch_dtype;
 };
 
-// The model_type of <dir>/config.json ("" when the folder, the file or the field is missing or
-// unreadable).
+// The model_type of <dir>/config.json, or of a GGUF file's architecture when `dir` is a file (""
+// when the folder, the file or the field is missing or unreadable).
 std::string checkpoint_model_type(const std::string& dir);
 
 // Parses `config_path` (a config.json); fields it leaves out take the defaults of the decoder

@@ -8,6 +8,7 @@
 #include "trimkv/core/safetensors.h"
 #include "trimkv/core/text_decoder.h"
 #include "trimkv/core/tokenizer.h"
+#include "trimkv/kernels/paged_attention.h"
 #include "trimkv/kernels/weight_format.h"
 
 namespace trimkv {
@@ -22,6 +23,7 @@ struct TextModel {
   size_t weight_bytes = 0;                // as stored in the files
   std::string weight_root;                // text_weight_root: e.g. "model.language_model." 
   kernels::WeightFormat weight_format = kernels::WeightFormat::F32;  // how the matrices are held
+  kernels::KvDtype kv_dtype = kernels::KvDtype::F32;                // how the KV cache stores K and V
   std::vector<std::string> weight_notes;  // matrices held in another format than asked, and why
   // A chat template carried inside the model file (GGUF's tokenizer.chat_template); "" for
   // folders, whose templates are files beside the weights.
@@ -32,8 +34,19 @@ struct TextModel {
 // float16, q8_0 or q4_0, float32 otherwise; or one of f32, bf16, f16, q8, q4 (kernels/weight_format.h).
 // Norms, biases and everything outside the matrices stay float32.
 struct ModelLoadOptions {
+  ModelLoadOptions(std::string weights_ = {}, std::string kv_dtype_ = {})  // NOLINT: {"q8"} reads naturally
+      : weights(std::move(weights_)), kv_dtype(std::move(kv_dtype_)) {}
   std::string weights;
+  // How the KV cache stores K and V: "" = f16 when the checkpoint stores its matrices in 16 bits
+  // or fewer (bf16, f16, GGUF's quantised types), f32 otherwise; or f32, bf16, f16.
+  std::string kv_dtype;
 };
+
+// The KV dtype `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming
+// an unknown dtype).
+kernels::KvDtype resolve_kv_dtype(const std::string& requested, DType stored);
+// Tensor options of a KvCache for `model` (its kv_dtype, on the CPU).
+at::TensorOptions kv_tensor_options(const TextModel& model);
 
 // The format `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming an
 // unknown format).

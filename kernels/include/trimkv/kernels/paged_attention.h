@@ -20,14 +20,24 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
 
 namespace trimkv::kernels {
 
+// How the pools store K and V: float32, or 16-bit (bfloat16 / IEEE half) widened to float32 as
+// they are read; scores, softmax and the weighted sum are float32 whatever the storage.
+enum class KvDtype { F32, BF16, F16 };
+const char* kv_dtype_name(KvDtype d);  // "f32", "bf16", "f16"
+// Accepts f32, bf16, f16; throws std::invalid_argument naming the text.
+KvDtype parse_kv_dtype(const std::string& name);
+int kv_dtype_size(KvDtype d);  // bytes per value: 4 or 2
+
 // Non-owning view of one layer of a paged KV cache. Valid as long as the owner (KvCache) is not
-// mutated. All pointers are host pointers to float32 / int32 data.
+// mutated. All pointers are host pointers (pools of `dtype`, int32 tables and lengths).
 struct PagedKvView {
-  const float* k_pool = nullptr;  // [n_blocks, block_size, head_dim], contiguous
-  const float* v_pool = nullptr;  // [n_blocks, block_size, head_dim], contiguous
+  const void* k_pool = nullptr;   // [n_blocks, block_size, head_dim] of dtype, contiguous
+  const void* v_pool = nullptr;   // [n_blocks, block_size, head_dim] of dtype, contiguous
+  KvDtype dtype = KvDtype::F32;
   int64_t n_blocks = 0;           // capacity of the pools in blocks (for validation)
   int block_size = 0;
   int head_dim = 0;
