@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
                                       QStringLiteral("Hold the weights as f32, bf16, f16, q8 or q4 (default: the checkpoint's own bf16/f16, else f32)."),
                                       QStringLiteral("FMT"));
   parser.addOption(weightsOpt);
+  const QCommandLineOption kvDtypeOpt(QStringLiteral("kv-dtype"),
+                                      QStringLiteral("Store the KV cache's K and V as f32, bf16 or f16 (default: f16 for checkpoints stored in 16 bits or fewer, else f32)."),
+                                      QStringLiteral("T"));
+  parser.addOption(kvDtypeOpt);
   const QCommandLineOption budgetOpt(QStringLiteral("budget"),
                                      QStringLiteral("KV entries per head the model's default policy starts at."),
                                      QStringLiteral("M"));
@@ -78,14 +82,17 @@ int main(int argc, char** argv) {
   const int budget = count(budgetOpt, "a whole number of entries per head");
   if (threads < 0 || budget < 0) return 2;
   const QString weights = parser.value(weightsOpt);
+  const QString kvDtype = parser.value(kvDtypeOpt);
   try {
     trimkv::check_weights_option(weights.toStdString());
+    trimkv::check_kv_dtype_option(kvDtype.toStdString());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trimkv-studio: %s\n", e.what());
     return 2;
   }
   if (threads > 0) window.setThreads(threads);
   if (!weights.isEmpty()) window.setWeights(weights);
+  if (!kvDtype.isEmpty()) window.setKvDtype(kvDtype);
   if (budget > 0) window.setStartBudget(budget);
   const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
   const QString ownText = parser.value(promptOpt);
@@ -107,6 +114,7 @@ int main(int argc, char** argv) {
   window.restoreSettings();  // a stored thread count, precision or budget yields to --threads / --weights / --budget
   if (threads > 0) window.setThreads(threads);
   if (!weights.isEmpty()) window.setWeights(weights);
+  if (!kvDtype.isEmpty()) window.setKvDtype(kvDtype);
   if (budget > 0) window.setStartBudget(budget);
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());
   window.show();

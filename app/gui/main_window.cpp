@@ -161,31 +161,22 @@ void MainWindow::buildMenus() {
   QAction* noGates = gates->addAction(tr("&None"));
   noGates->setToolTip(tr("Reload the model without gates (dbtrimkv and trimkv then cannot run)"));
   connect(noGates, &QAction::triggered, this, [this] { openModel(m_model.dir, QStringLiteral("none")); });
-  QMenu* precision = file->addMenu(tr("Weight &precision"));
-  precision->setObjectName(QStringLiteral("weightsMenu"));
-  precision->setToolTipsVisible(true);
-  m_weightsGroup = new QActionGroup(this);
-  for (const auto& [value, label, tip] :
-       {std::tuple{"", tr("The checkpoint's &own"), tr("bf16 / f16 checkpoints stay in their dtype, f32 ones in f32")},
-        std::tuple{"f32", tr("f&32"), tr("float32: exact, 4 bytes per weight")},
-        std::tuple{"bf16", tr("&bf16"), tr("bfloat16: 2 bytes per weight")},
-        std::tuple{"f16", tr("f&16"), tr("float16: 2 bytes per weight")},
-        std::tuple{"q8", tr("q&8"), tr("8-bit blocks of 32 (llama.cpp q8_0): 1.06 bytes per weight")},
-        std::tuple{"q4", tr("q&4"), tr("4-bit blocks of 32 (llama.cpp q4_0): 0.56 bytes per weight")}}) {
-    QAction* a = precision->addAction(label);
-    a->setCheckable(true);
-    a->setData(QString::fromLatin1(value));
-    a->setToolTip(tip + tr(" (reloads the model)"));
-    a->setObjectName(QStringLiteral("weights_%1").arg(value[0] ? QString::fromLatin1(value) : QStringLiteral("own")));
-    m_weightsGroup->addAction(a);
-    a->setChecked(value[0] == 0);
-  }
-  connect(m_weightsGroup, &QActionGroup::triggered, this, [this](QAction* a) {
-    if (a->data().toString() == m_weights) return;
-    setWeights(a->data().toString());
-    if (m_persist) QSettings().setValue(QStringLiteral("compute/weights"), m_weights);
-    if (m_hasModel) openModel(m_model.dir, m_model.gates);
-  });
+  m_weightsGroup = addReloadingChoiceMenu(
+      file, tr("Weight &precision"), QStringLiteral("weightsMenu"), QStringLiteral("weights"),
+      {{"", tr("The checkpoint's &own"), tr("bf16 / f16 / GGUF-quantised files stay as stored, f32 ones in f32")},
+       {"f32", tr("f&32"), tr("float32: exact, 4 bytes per weight")},
+       {"bf16", tr("&bf16"), tr("bfloat16: 2 bytes per weight")},
+       {"f16", tr("f&16"), tr("float16: 2 bytes per weight")},
+       {"q8", tr("q&8"), tr("8-bit blocks of 32 (llama.cpp q8_0): 1.06 bytes per weight")},
+       {"q4", tr("q&4"), tr("4-bit blocks of 32 (llama.cpp q4_0): 0.56 bytes per weight")}},
+      [this] { return m_weights; }, [this](const QString& v) { setWeights(v); }, QStringLiteral("compute/weights"));
+  m_kvDtypeGroup = addReloadingChoiceMenu(
+      file, tr("&KV cache precision"), QStringLiteral("kvDtypeMenu"), QStringLiteral("kv"),
+      {{"", tr("The checkpoint's &own"), tr("f16 for checkpoints stored in 16 bits or fewer, f32 otherwise")},
+       {"f32", tr("f&32"), tr("float32 K and V: 4 bytes per value")},
+       {"bf16", tr("&bf16"), tr("bfloat16 K and V: 2 bytes per value (attention accumulates in f32)")},
+       {"f16", tr("f&16"), tr("float16 K and V: 2 bytes per value (attention accumulates in f32)")}},
+      [this] { return m_kvDtype; }, [this](const QString& v) { setKvDtype(v); }, QStringLiteral("compute/kv_dtype"));
   m_recentMenu = file->addMenu(tr("Open &recent model"));
   connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
   fillRecentMenu();
@@ -597,6 +588,7 @@ void MainWindow::connectWorker() {
   connect(this, &MainWindow::requestEviction, m_worker, &SessionWorker::setEviction, Qt::QueuedConnection);
   connect(this, &MainWindow::requestThreads, m_worker, &SessionWorker::setThreads, Qt::QueuedConnection);
   connect(this, &MainWindow::requestWeights, m_worker, &SessionWorker::setWeights, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestKvDtype, m_worker, &SessionWorker::setKvDtype, Qt::QueuedConnection);
   connect(this, &MainWindow::requestGenerationParams, m_worker, &SessionWorker::setGenerationParams,
           Qt::QueuedConnection);
   // Results: values, queued onto the GUI thread.
@@ -644,6 +636,7 @@ const QString kBudgetUnitKey = QStringLiteral("eviction/budgetUnit");
 const QString kPolicyOptionsKey = QStringLiteral("eviction/options");
 const QString kThreadsKey = QStringLiteral("compute/threads");
 const QString kWeightsKey = QStringLiteral("compute/weights");
+const QString kKvDtypeKey = QStringLiteral("compute/kv_dtype");
 }  // namespace
 
 void MainWindow::restoreSettings() {
@@ -658,6 +651,7 @@ void MainWindow::restoreSettings() {
   syncSystemPrompt();
   if (s.contains(kThreadsKey) && m_threads == 0) setThreads(s.value(kThreadsKey).toInt());
   if (s.contains(kWeightsKey) && m_weights.isEmpty()) setWeights(s.value(kWeightsKey).toString());
+  if (s.contains(kKvDtypeKey) && m_kvDtype.isEmpty()) setKvDtype(s.value(kKvDtypeKey).toString());
   m_budgetFromSettings = s.contains(kBudgetKey);
   const int budget = s.value(kBudgetKey, kDefaultBudget).toInt();
   m_budget->setEntriesPerHead(budget);
@@ -935,6 +929,38 @@ void MainWindow::setThreads(int threads) {
 
 int MainWindow::threadsInUse() const { return m_worker->threadsInUse(); }
 
+QActionGroup* MainWindow::addReloadingChoiceMenu(QMenu* parent, const QString& title, const QString& menuName,
+                                                const QString& prefix, const std::vector<MenuChoice>& choices,
+                                                std::function<QString()> current,
+                                                std::function<void(const QString&)> set, const QString& settingsKey) {
+  QMenu* menu = parent->addMenu(title);
+  menu->setObjectName(menuName);
+  menu->setToolTipsVisible(true);
+  auto* group = new QActionGroup(this);
+  for (const MenuChoice& c : choices) {
+    QAction* a = menu->addAction(c.label);
+    a->setCheckable(true);
+    a->setData(QString::fromLatin1(c.value));
+    a->setToolTip(c.tip + tr(" (reloads the model)"));
+    a->setObjectName(QStringLiteral("%1_%2").arg(prefix, c.value[0] ? QString::fromLatin1(c.value) : QStringLiteral("own")));
+    group->addAction(a);
+    a->setChecked(c.value[0] == 0);
+  }
+  connect(group, &QActionGroup::triggered, this, [this, current, set, settingsKey](QAction* a) {
+    if (a->data().toString() == current()) return;
+    set(a->data().toString());
+    if (m_persist) QSettings().setValue(settingsKey, current());
+    if (m_hasModel) openModel(m_model.dir, m_model.gates);
+  });
+  return group;
+}
+
+void MainWindow::setKvDtype(const QString& kvDtype) {
+  m_kvDtype = kvDtype;
+  for (QAction* a : m_kvDtypeGroup->actions()) a->setChecked(a->data().toString() == kvDtype);
+  Q_EMIT requestKvDtype(m_kvDtype);
+}
+
 void MainWindow::setWeights(const QString& weights) {
   m_weights = weights;
   for (QAction* a : m_weightsGroup->actions()) a->setChecked(a->data().toString() == weights);
@@ -1152,8 +1178,9 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
   } catch (const std::exception&) {
     // No default model: this one is not it.
   }
-  m_modelLabel->setText(tr("Model: <b>%1</b>%2 · %3")
-                            .arg(QFileInfo(model.dir).fileName(), builtIn, QString::fromStdString(i.weights_held)));
+  m_modelLabel->setText(tr("Model: <b>%1</b>%2 · %3 · KV %4")
+                            .arg(QFileInfo(model.dir).fileName(), builtIn, QString::fromStdString(i.weights_held),
+                                 QString::fromStdString(i.kv_dtype)));
   m_modelLabel->setToolTip(tr("%1\n%2 (%3), %4 layers × %5 KV heads, %6 M parameters held as %8 (%9 MiB)%7")
                                .arg(model.dir, QString::fromStdString(i.architecture),
                                     QString::fromStdString(i.family))
@@ -1164,6 +1191,7 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
                                                          : tr(", gates: %1").arg(QString::fromStdString(i.gates_kind)))
                                .arg(QString::fromStdString(i.weights_held))
                                .arg(static_cast<double>(i.weights_held_bytes) / 1048576.0, 0, 'f', 1) +
+                           tr("\nKV cache: %1, %2 bytes per token").arg(QString::fromStdString(i.kv_dtype)).arg(i.kv_bytes_per_token) +
                            (model.vision.takes_images() ? QString() : tr("\ntext model (no images)")) +
                            tr("\nchat template: %1").arg(model.chatTemplate.isEmpty() ? tr("none") : model.chatTemplate));
   m_policy->blockSignals(true);

@@ -95,6 +95,10 @@ class MainWindow : public QMainWindow {
   // q8, q4: --weights, File > Weight precision). Applies from the next load; the menu reloads.
   void setWeights(const QString& weights);
   const QString& weights() const { return m_weights; }
+  // How the KV cache stores K and V ("" = the checkpoint's default, f32, bf16, f16); the next
+  // load uses it (File > KV cache precision reloads).
+  void setKvDtype(const QString& kvDtype);
+  const QString& kvDtype() const { return m_kvDtype; }
   int threadsInUse() const;
   static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
   // When the autosave file holds a conversation, asks (non-modal) whether to open it; autosaving
@@ -204,6 +208,7 @@ class MainWindow : public QMainWindow {
   void requestGenerationParams(const trimkv::GenerationParams& params);
   void requestThreads(int threads);
   void requestWeights(const QString& weights);
+  void requestKvDtype(const QString& kvDtype);
   void requestTranscript();
   // To the analysis worker (queued).
   void requestCompare(const CompareRequest& request);
@@ -333,6 +338,17 @@ class MainWindow : public QMainWindow {
   int m_threads = 0;
   QString m_weights;
   QActionGroup* m_weightsGroup = nullptr;
+  QString m_kvDtype;
+  QActionGroup* m_kvDtypeGroup = nullptr;
+  // A File submenu of exclusive choices whose change reloads the model (kept in settingsKey).
+  struct MenuChoice {
+    const char* value;
+    QString label, tip;
+  };
+  QActionGroup* addReloadingChoiceMenu(QMenu* parent, const QString& title, const QString& menuName,
+                                       const QString& prefix, const std::vector<MenuChoice>& choices,
+                                       std::function<QString()> current, std::function<void(const QString&)> set,
+                                       const QString& settingsKey);
 
   ModelSummary m_model;
   bool m_hasModel = false;

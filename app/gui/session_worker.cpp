@@ -52,6 +52,7 @@ void SessionWorker::setThreads(int threads) {
 }
 
 void SessionWorker::setWeights(const QString& weights) { m_weights = weights; }
+void SessionWorker::setKvDtype(const QString& kvDtype) { m_kvDtype = kvDtype; }
 
 void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   BusyScope<SessionWorker> busy(this);
@@ -65,6 +66,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
     options.gates = gates.toStdString();
     options.template_vars = m_templateVars;
     options.weights = m_weights.toStdString();
+    options.kv_dtype = m_kvDtype.toStdString();
     engine = ChatEngine::load(dir.toStdString(), options);
   } catch (const std::exception& e) {
     Q_EMIT errorOccurred(gates.isEmpty() ? tr("Cannot open the model") : tr("Cannot open the model with these gates"),

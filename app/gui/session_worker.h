@@ -92,6 +92,7 @@ class SessionWorker : public QObject {
   // How the next model loaded holds its weights ("" = the checkpoint's own bf16/f16, else f32;
   // f32, bf16, f16, q8, q4).
   void setWeights(const QString& weights);
+  void setKvDtype(const QString& kvDtype);
 
  Q_SIGNALS:
   void busyChanged(bool busy);
@@ -160,6 +161,7 @@ class SessionWorker : public QObject {
   std::atomic<bool> m_cancel{false};
   int m_threads = 0;                    // the setting (0 = every core)
   QString m_weights;                    // weight precision for loads ("" = the checkpoint's)
+  QString m_kvDtype;                    // KV cache dtype for loads ("" = the checkpoint's default)
   std::atomic<int> m_threadsInUse{0};   // what the worker thread uses
   // The stream's positions as last read (ChatEngine::tokens), shared with the frames sent.
   std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;
