@@ -123,6 +123,18 @@ OptionSpec kv_dtype_option() {
           "checkpoints stored in 16 bits or fewer, f32 otherwise); MiB budgets follow it"};
 }
 
+OptionSpec image_size_option() {
+  return {"image-size", "PX",
+          "image resolution, pixels on a side: SmolVLM/Idefics3 resize the longest edge to PX (fewer tiles below the "
+          "processor's own), Qwen-VL allow PX x PX pixels per image (default: the processor's own)"};
+}
+
+int image_size_arg(const Args& args) {
+  const int v = args.get_int("image-size", 0);
+  if (v < 0 || v > 16384) throw UsageError("--image-size must be a side of 1 to 16384 pixels, got " + args.get("image-size"));
+  return v;
+}
+
 namespace {
 // The value of option `name`, checked by `check` before the (slow) model load.
 std::string checked_arg(const Args& args, const char* name, void (*check)(const std::string&)) {

@@ -56,6 +56,9 @@ std::string weights_arg(const Args& args);
 // --kv-dtype, likewise (kv_dtype_arg checks it first).
 OptionSpec kv_dtype_option();
 std::string kv_dtype_arg(const Args& args);
+// --image-size (vision-language checkpoints), checked likewise (0 when not given).
+OptionSpec image_size_option();
+int image_size_arg(const Args& args);
 
 // "12m05s" / "1h02m" for progress lines.
 std::string format_duration(double seconds);

@@ -53,6 +53,7 @@ int cmd_chat(int argc, char** argv, int first) {
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
       kv_dtype_option(),
+      image_size_option(),
       {"help", "", "show this help"},
   };
   add_policy_option_specs(specs);
@@ -82,6 +83,7 @@ int cmd_chat(int argc, char** argv, int first) {
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);
+  options.image_size = image_size_arg(args);
   auto engine = vision::ChatEngine::load(model, options);
   if (eviction_requested(args)) engine->set_eviction(eviction);  // checked against the model
   if (!engine->has_chat_template()) throw UsageError(engine->chat_template_problem());
@@ -112,8 +114,10 @@ int cmd_chat(int argc, char** argv, int first) {
           if (arg.empty()) throw UsageError("/image needs a file path");
           if (!engine->takes_images()) throw UsageError("this is a text model: it cannot take images");
           if (!std::filesystem::is_regular_file(arg)) throw UsageError("no such image file: '" + arg + "'");
+          const int64_t tokens = engine->image_token_count(arg);  // decodes it: a bad file is named now
           images.push_back(arg);
-          std::cout << "[image " << images.size() << " attached: " << arg << "]\n";
+          std::cout << "[image " << images.size() << " attached: " << arg << ", " << tokens
+                    << " image tokens at this resolution (--image-size)]\n";
         } else if (cmd == "/reset") {
           engine->reset();
           images.clear();

@@ -34,6 +34,7 @@ int cmd_eval(int argc, char** argv, int first) {
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
       kv_dtype_option(),
+      image_size_option(),
       {"help", "", "show this help"},
   };
   add_policy_option_specs(specs);
@@ -60,6 +61,7 @@ int cmd_eval(int argc, char** argv, int first) {
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);
+  options.image_size = image_size_arg(args);
 
   std::vector<std::string> read_failures;
   const std::vector<w::WorldRecord> conversations = w::read_world_jsonl(data, limit, &read_failures);

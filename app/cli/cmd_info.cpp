@@ -10,6 +10,11 @@
 namespace trimkv::cli {
 
 namespace {
+// Image sizes whose token counts `info` shows: a small picture, a square photo, a 4:3 one.
+constexpr std::pair<int, int> kExampleImages[] = {{96, 96}, {512, 512}, {1024, 768}};
+}  // namespace
+
+namespace {
 
 // `trimkv info --gates FILE`: the gates checked against config.json only (a folder with no
 // weights will do: the released gates' real shapes against a config).
@@ -42,6 +47,7 @@ int cmd_info(int argc, char** argv, int first) {
       {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
       weights_option(),
       kv_dtype_option(),
+      image_size_option(),
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
   };
@@ -56,6 +62,7 @@ int cmd_info(int argc, char** argv, int first) {
   EngineOptions options;
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);
+  options.image_size = image_size_arg(args);
   std::unique_ptr<vision::ChatEngine> vlm;
   if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir, options);
   const ModelInfo i = vlm ? vlm->info() : Engine::load(dir, options)->info();
@@ -93,6 +100,10 @@ int cmd_info(int argc, char** argv, int first) {
                    {"longest_edge", v.longest_edge}, {"tile_size", v.tile_size},
                    {"image_splitting", v.image_splitting}, {"resample", v.resample},
                    {"min_pixels", v.min_pixels}, {"max_pixels", v.max_pixels}};
+    nlohmann::json counts = nlohmann::json::object();
+    for (const auto& [w, h] : kExampleImages)
+      counts[std::to_string(w) + "x" + std::to_string(h)] = vlm->image_token_count(w, h);
+    j["vision"]["image_tokens"] = counts;
   }
   if (args.flag("json")) {
     std::cout << j.dump(2) << "\n";
@@ -135,6 +146,9 @@ int cmd_info(int argc, char** argv, int first) {
                 << (v.image_splitting ? "split into tiles + global image" : "one tile per image") << ", "
                 << v.resample << " resampling\n";
     }
+    std::cout << "image tokens  ";
+    for (const auto& [w, h] : kExampleImages) std::cout << " " << w << "x" << h << ": " << vlm->image_token_count(w, h) << ";";
+    std::cout << " (--image-size changes these)\n";
   }
   return 0;
 }

@@ -20,6 +20,8 @@ void check_kv_dtype_option(const std::string& kv_dtype) {
 void apply_engine_options(const EngineOptions& options) {
   check_weights_option(options.weights);
   check_kv_dtype_option(options.kv_dtype);
+  TRIMKV_CHECK(options.image_size >= 0 && options.image_size <= 16384, Input, "--image-size must be 0 (the "
+               "processor's own) or a side of 1 to 16384 pixels, got ", options.image_size);
   TRIMKV_CHECK(options.threads >= 0, Input, "threads must be >= 0, got ", options.threads);
   TRIMKV_CHECK(options.prefill_chunk > 0, Input, "prefill chunk must be > 0, got ", options.prefill_chunk);
   TRIMKV_CHECK(options.block_size > 0, Input, "block size must be > 0, got ", options.block_size);

@@ -17,6 +17,7 @@
 #include "trimkv/core/kv_stats.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/text_turn_encoder.h"
+#include "trimkv/vision/image.h"
 #include "trimkv/vision/vlm.h"
 
 namespace trimkv::vision {
@@ -51,10 +52,10 @@ std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& spec, const Engi
   apply_engine_options(options);
   auto impl = std::make_unique<Impl>();
   if (vision::is_vlm_checkpoint(dir)) {
-    impl->model = load_vlm(dir, options.template_vars, {options.weights, options.kv_dtype});
+    impl->model = load_vlm(dir, options.template_vars, {options.weights, options.kv_dtype, options.image_size});
   } else {  // a text model: the same conversation, text only
     impl->model = std::make_shared<VlmModel>();
-    impl->model->text = load_text_model(dir, {options.weights, options.kv_dtype});
+    impl->model->text = load_text_model(dir, {options.weights, options.kv_dtype, options.image_size});
     impl->model->encoder = make_text_turn_encoder(impl->model->text, options.template_vars);
   }
   impl->options = options;
@@ -78,6 +79,16 @@ ModelInfo ChatEngine::info() const {
 }
 
 VisionInfo ChatEngine::vision_info() const { return m_impl->model->info; }
+
+int64_t ChatEngine::image_token_count(const std::string& path) const {
+  if (!takes_images()) return 0;
+  const RgbImage img = decode_image_file(path);
+  return image_token_count(img.width, img.height);
+}
+
+int64_t ChatEngine::image_token_count(int width, int height) const {
+  return takes_images() ? m_impl->model->encoder->image_token_count(width, height) : 0;
+}
 
 namespace {
 const TextTurnEncoder* template_encoder(const TurnEncoder& e) { return dynamic_cast<const TextTurnEncoder*>(&e); }

@@ -74,6 +74,9 @@ class Idefics3Encoder final : public TextTurnEncoder {
     for (const ContentPart& part : content) text += part.kind == ContentPart::Kind::Text ? part.text : kImagePlaceholder;
     return encode_content(text, content, first_image_id, images, cancel, reduce, true);
   }
+  int64_t image_token_count(int width, int height) const override {
+    return static_cast<int64_t>(idefics3_grid(width, height, m_proc).n_tiles) * m_vision->config().image_seq_len();
+  }
 
  protected:
   std::shared_ptr<TextTurnEncoder> clone() const override { return std::make_shared<Idefics3Encoder>(*this); }
@@ -235,7 +238,13 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vecto
                m->text.config.vocab_size, ")");
   const WeightStore ws = WeightStore::open_folder(dir);
   auto vision = Idefics3Vision::load(cfg, ws);
-  const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
+  Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
+  if (options.image_size > 0) {  // --image-size: the longest edge, so fewer (or more) tiles
+    const int side = (std::min(options.image_size, 4096) + proc.tile_size - 1) / proc.tile_size;
+    TRIMKV_CHECK(!proc.do_image_splitting || side <= 6, Input, "--image-size ", options.image_size, " would cut ", side,
+                 " tiles per side; '", dir, "' has tile markers for 6 (at most ", 6 * proc.tile_size, " pixels)");
+    proc.longest_edge = options.image_size;
+  }
   TRIMKV_CHECK(proc.tile_size == cfg.vision.image_size, Config, "checkpoint '", dir,
                "': the processor's max_image_size.longest_edge (", proc.tile_size,
                ") differs from vision_config.image_size (", cfg.vision.image_size, ")");

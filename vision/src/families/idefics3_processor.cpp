@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "trimkv/core/error.h"
 #include "processors/processor_settings.h"
@@ -88,32 +89,45 @@ Idefics3ProcessorConfig Idefics3ProcessorConfig::from_folder(const std::string& 
   return c;
 }
 
+Idefics3Grid idefics3_grid(int width, int height, const Idefics3ProcessorConfig& cfg) {
+  TRIMKV_CHECK(width > 0 && height > 0, Input, "empty image");
+  Idefics3Grid g;
+  g.scaled_width = width;
+  g.scaled_height = height;
+  if (cfg.do_resize) std::tie(g.scaled_height, g.scaled_width) = longest_edge_size(height, width, cfg.longest_edge);
+  const int tile = cfg.tile_size;
+  if (cfg.do_image_splitting) {
+    std::tie(g.resized_height, g.resized_width) = tile_multiple_size(g.scaled_height, g.scaled_width, tile);
+    if (g.resized_height > tile || g.resized_width > tile) {
+      g.rows = (g.resized_height - tile) / tile + 1;
+      g.cols = (g.resized_width - tile) / tile + 1;
+    }
+  } else {
+    g.resized_width = g.resized_height = tile;
+  }
+  g.n_tiles = g.rows * g.cols + 1;  // the tiles and the global image, or the one image
+  if (g.rows == 0) g.n_tiles = 1;
+  return g;
+}
+
 Idefics3Tiles idefics3_preprocess(const RgbImage& input, const Idefics3ProcessorConfig& cfg) {
   TRIMKV_CHECK(input.width > 0 && input.height > 0, Input, "empty image");
+  const Idefics3Grid g = idefics3_grid(input.width, input.height, cfg);
   Idefics3Tiles t;
   t.width = input.width;
   t.height = input.height;
+  t.rows = g.rows;
+  t.cols = g.cols;
   RgbImage img = input;
-  if (cfg.do_resize) {
-    const auto [h, w] = longest_edge_size(img.height, img.width, cfg.longest_edge);
-    img = resize(img, w, h, cfg.resample);
-  }
+  if (cfg.do_resize) img = resize(img, g.scaled_width, g.scaled_height, cfg.resample);
   const int tile = cfg.tile_size;
   std::vector<RgbImage> frames;
-  if (cfg.do_image_splitting) {
-    const auto [h, w] = tile_multiple_size(img.height, img.width, tile);
-    img = resize(img, w, h, cfg.resample);
-    if (img.height > tile || img.width > tile) {
-      t.rows = (img.height - tile) / tile + 1;
-      t.cols = (img.width - tile) / tile + 1;
-      for (int r = 0; r < t.rows; ++r)
-        for (int c = 0; c < t.cols; ++c) frames.push_back(crop(img, c * tile, r * tile, tile, tile));
-      frames.push_back(resize(img, tile, tile, cfg.resample));
-    } else {
-      frames.push_back(img);
-    }
+  img = resize(img, g.resized_width, g.resized_height, cfg.resample);
+  if (g.rows > 0) {
+    for (int r = 0; r < t.rows; ++r)
+      for (int c = 0; c < t.cols; ++c) frames.push_back(crop(img, c * tile, r * tile, tile, tile));
+    frames.push_back(resize(img, tile, tile, cfg.resample));
   } else {
-    img = resize(img, tile, tile, cfg.resample);
     frames.push_back(img);
   }
   t.resized_width = img.width;

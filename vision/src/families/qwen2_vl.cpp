@@ -437,7 +437,13 @@ std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector
   const Qwen2VlConfig cfg = Qwen2VlConfig::from_file(config_path);
   const WeightStore ws = WeightStore::open_folder(dir);
   auto tower = QwenVisionTower::load(cfg.vision, m->text.config.hidden_size, ws);
-  const Qwen2VlProcessorConfig proc = Qwen2VlProcessorConfig::from_folder(dir);
+  Qwen2VlProcessorConfig proc = Qwen2VlProcessorConfig::from_folder(dir);
+  if (options.image_size > 0) {  // --image-size: at most image_size² pixels per image
+    const int64_t max_pixels = static_cast<int64_t>(options.image_size) * options.image_size;
+    TRIMKV_CHECK(max_pixels >= proc.min_pixels, Input, "--image-size ", options.image_size, " allows ", max_pixels,
+                 " pixels, below '", dir, "''s min_pixels ", proc.min_pixels);
+    proc.max_pixels = max_pixels;
+  }
   const QwenVisionConfig& v = cfg.vision;
   TRIMKV_CHECK(proc.patch_size == v.patch_size && proc.merge_size == v.merge_size &&
                    proc.temporal_patch_size == v.temporal_patch_size,

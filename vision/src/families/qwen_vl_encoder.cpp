@@ -92,6 +92,14 @@ class QwenVlEncoder final : public TextTurnEncoder {
                   : std::string(kQwenVisionStart) + kQwenImagePad + kQwenVisionEnd;
     return encode_content(text, content, first_image_id, images, cancel, reduce, true);
   }
+  int64_t image_token_count(int width, int height) const override {
+    TRIMKV_CHECK(width > 0 && height > 0, Input, "empty image");
+    const auto [h, w] = m_proc.do_resize
+                            ? qwen2_vl_smart_resize(height, width, m_proc.factor(), m_proc.min_pixels, m_proc.max_pixels)
+                            : std::pair<int, int>{height, width};
+    const int64_t f = m_proc.factor();
+    return (static_cast<int64_t>(h) / f) * (static_cast<int64_t>(w) / f);
+  }
 
  protected:
   std::shared_ptr<TextTurnEncoder> clone() const override { return std::make_shared<QwenVlEncoder>(*this); }

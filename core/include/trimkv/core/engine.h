@@ -61,6 +61,9 @@ struct EngineOptions {
   // How the KV cache stores K and V (ModelLoadOptions): "" = f16 for checkpoints stored in 16
   // bits or fewer, else f32; or f32, bf16, f16.
   std::string kv_dtype;
+  // Vision-language checkpoints: image resolution in pixels on a side (ModelLoadOptions); 0 = the
+  // processor's own.
+  int image_size = 0;
 };
 
 // Error{Input} naming `weights` unless it is "" or a weight format (f32, bf16, f16, q8, q4).

@@ -86,6 +86,13 @@ class TurnEncoder {
   virtual std::vector<int32_t> end_of_turn_ids() const = 0;
   // The same encoder with other chat-template variables (e.g. enable_thinking=false).
   virtual std::shared_ptr<const TurnEncoder> with_template_variables(const std::vector<TemplateVar>& vars) const = 0;
+  // The image tokens (positions of modality Image, before any token reduction) an image of
+  // width x height pixels becomes in a turn, from the processor's sizes alone; 0 for encoders
+  // that take no images.
+  virtual int64_t image_token_count(int width, int height) const {
+    (void)width, (void)height;
+    return 0;
+  }
 };
 
 struct SessionOptions {

@@ -34,12 +34,16 @@ struct TextModel {
 // float16, q8_0 or q4_0, float32 otherwise; or one of f32, bf16, f16, q8, q4 (kernels/weight_format.h).
 // Norms, biases and everything outside the matrices stay float32.
 struct ModelLoadOptions {
-  ModelLoadOptions(std::string weights_ = {}, std::string kv_dtype_ = {})  // NOLINT: {"q8"} reads naturally
-      : weights(std::move(weights_)), kv_dtype(std::move(kv_dtype_)) {}
+  ModelLoadOptions(std::string weights_ = {}, std::string kv_dtype_ = {}, int image_size_ = 0)  // NOLINT: {"q8"}
+      : weights(std::move(weights_)), kv_dtype(std::move(kv_dtype_)), image_size(image_size_) {}
   std::string weights;
   // How the KV cache stores K and V: "" = f16 when the checkpoint stores its matrices in 16 bits
   // or fewer (bf16, f16, GGUF's quantised types), f32 otherwise; or f32, bf16, f16.
   std::string kv_dtype;
+  // Vision-language checkpoints: the image resolution, in pixels on a side; 0 = the processor's
+  // own. SmolVLM / Idefics3: the longest edge images are resized to (then cut into tiles of the
+  // tower's size: fewer pixels, fewer tiles); Qwen-VL: at most image_size² pixels per image.
+  int image_size = 0;
 };
 
 // The KV dtype `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming

@@ -57,6 +57,11 @@ class ChatEngine {
   ModelInfo info() const;          // the text decoder, as Engine::info()
   VisionInfo vision_info() const;  // the vision side (takes_images() false for a text model)
   bool takes_images() const { return vision_info().takes_images(); }
+  // The image tokens the image file `path` becomes in a turn at this model's resolution (the
+  // processor's sizes, before any token reduction; 0 for a text model), so a user sees the cost
+  // before sending. Errors name the file.
+  int64_t image_token_count(const std::string& path) const;
+  int64_t image_token_count(int width, int height) const;  // the same for an image of that size
   bool has_chat_template() const;
   std::string chat_template_origin() const;  // the file it came from ("" when none)
   // Whether the chat template's generation prompt opens a thinking block ("<think>", Qwen3 /

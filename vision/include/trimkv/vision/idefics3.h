@@ -45,6 +45,17 @@ struct Idefics3Tiles {
   int resized_width = 0, resized_height = 0;  // the image the tiles were cut from
 };
 
+// The sizes and tile grid the processor gives an image of width x height (no pixels touched): the
+// longest-edge resize, the tile-multiple resize, rows x cols tiles (0 x 0: not split) and the
+// number of tower passes (tiles + the global image, or 1). What idefics3_preprocess cuts.
+struct Idefics3Grid {
+  int scaled_width = 0, scaled_height = 0;    // after the longest-edge resize
+  int resized_width = 0, resized_height = 0;  // the image the tiles are cut from
+  int rows = 0, cols = 0;
+  int n_tiles = 1;
+};
+Idefics3Grid idefics3_grid(int width, int height, const Idefics3ProcessorConfig& cfg);
+
 // The slow processor's _preprocess for one image: longest-edge resize (even-adjusted, capped at
 // 4096), resize to multiples of the tile size and split (or one square resize when not
 // splitting), then rescale and normalise in float32 as numpy does.
