@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
                                       QStringLiteral("Store the KV cache's K and V as f32, bf16 or f16 (default: f16 for checkpoints stored in 16 bits or fewer, else f32)."),
                                       QStringLiteral("T"));
   parser.addOption(kvDtypeOpt);
+  const QCommandLineOption imageSizeOpt(QStringLiteral("image-size"),
+                                        QStringLiteral("Image resolution, pixels on a side (SmolVLM: longest edge; Qwen-VL: at most PX x PX pixels; default: the processor's own)."),
+                                        QStringLiteral("PX"));
+  parser.addOption(imageSizeOpt);
   const QCommandLineOption budgetOpt(QStringLiteral("budget"),
                                      QStringLiteral("KV entries per head the model's default policy starts at."),
                                      QStringLiteral("M"));
@@ -80,7 +84,8 @@ int main(int argc, char** argv) {
   };
   const int threads = count(threadsOpt, "a whole number >= 0");
   const int budget = count(budgetOpt, "a whole number of entries per head");
-  if (threads < 0 || budget < 0) return 2;
+  const int imageSize = count(imageSizeOpt, "a whole number of pixels");
+  if (threads < 0 || budget < 0 || imageSize < 0) return 2;
   const QString weights = parser.value(weightsOpt);
   const QString kvDtype = parser.value(kvDtypeOpt);
   try {
@@ -93,6 +98,7 @@ int main(int argc, char** argv) {
   if (threads > 0) window.setThreads(threads);
   if (!weights.isEmpty()) window.setWeights(weights);
   if (!kvDtype.isEmpty()) window.setKvDtype(kvDtype);
+  if (imageSize > 0) window.setImageSize(imageSize);
   if (budget > 0) window.setStartBudget(budget);
   const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
   const QString ownText = parser.value(promptOpt);
@@ -115,6 +121,7 @@ int main(int argc, char** argv) {
   if (threads > 0) window.setThreads(threads);
   if (!weights.isEmpty()) window.setWeights(weights);
   if (!kvDtype.isEmpty()) window.setKvDtype(kvDtype);
+  if (imageSize > 0) window.setImageSize(imageSize);
   if (budget > 0) window.setStartBudget(budget);
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());
   window.show();

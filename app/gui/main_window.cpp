@@ -15,6 +15,7 @@
 #include <QFileDialog>
 #include <QInputDialog>
 #include <QFileInfo>
+#include <QImageReader>
 #include <QHBoxLayout>
 #include <QIcon>
 #include <QKeySequence>
@@ -177,6 +178,14 @@ void MainWindow::buildMenus() {
        {"bf16", tr("&bf16"), tr("bfloat16 K and V: 2 bytes per value (attention accumulates in f32)")},
        {"f16", tr("f&16"), tr("float16 K and V: 2 bytes per value (attention accumulates in f32)")}},
       [this] { return m_kvDtype; }, [this](const QString& v) { setKvDtype(v); }, QStringLiteral("compute/kv_dtype"));
+  m_imageSizeGroup = addReloadingChoiceMenu(
+      file, tr("&Image resolution"), QStringLiteral("imageSizeMenu"), QStringLiteral("image"),
+      {{"", tr("The processor's &own"), tr("as the checkpoint's image processor says")},
+       {"384", tr("&384 px"), tr("SmolVLM: longest edge 384 (one tile at SigLIP-384 sizes); Qwen-VL: at most 384² pixels")},
+       {"768", tr("&768 px"), tr("SmolVLM: longest edge 768; Qwen-VL: at most 768² pixels")},
+       {"1536", tr("&1536 px"), tr("SmolVLM: longest edge 1536 (its default); Qwen-VL: at most 1536² pixels")}},
+      [this] { return m_imageSize > 0 ? QString::number(m_imageSize) : QString(); },
+      [this](const QString& v) { setImageSize(v.toInt()); }, QStringLiteral("compute/image_size"));
   m_recentMenu = file->addMenu(tr("Open &recent model"));
   connect(m_recentMenu, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
   fillRecentMenu();
@@ -390,6 +399,7 @@ void MainWindow::buildCentral() {
   leftLayout->addWidget(m_editRow);
   auto* attachRow = new QHBoxLayout;
   m_attachLabel = new QLabel(left);
+  m_attachLabel->setObjectName(QStringLiteral("attachLabel"));
   m_attachLabel->setWordWrap(true);
   m_clearAttach = new QPushButton(tr("Remove images"), left);
   m_clearAttach->setVisible(false);
@@ -589,6 +599,7 @@ void MainWindow::connectWorker() {
   connect(this, &MainWindow::requestThreads, m_worker, &SessionWorker::setThreads, Qt::QueuedConnection);
   connect(this, &MainWindow::requestWeights, m_worker, &SessionWorker::setWeights, Qt::QueuedConnection);
   connect(this, &MainWindow::requestKvDtype, m_worker, &SessionWorker::setKvDtype, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestImageSize, m_worker, &SessionWorker::setImageSize, Qt::QueuedConnection);
   connect(this, &MainWindow::requestGenerationParams, m_worker, &SessionWorker::setGenerationParams,
           Qt::QueuedConnection);
   // Results: values, queued onto the GUI thread.
@@ -637,6 +648,7 @@ const QString kPolicyOptionsKey = QStringLiteral("eviction/options");
 const QString kThreadsKey = QStringLiteral("compute/threads");
 const QString kWeightsKey = QStringLiteral("compute/weights");
 const QString kKvDtypeKey = QStringLiteral("compute/kv_dtype");
+const QString kImageSizeKey = QStringLiteral("compute/image_size");
 }  // namespace
 
 void MainWindow::restoreSettings() {
@@ -652,6 +664,7 @@ void MainWindow::restoreSettings() {
   if (s.contains(kThreadsKey) && m_threads == 0) setThreads(s.value(kThreadsKey).toInt());
   if (s.contains(kWeightsKey) && m_weights.isEmpty()) setWeights(s.value(kWeightsKey).toString());
   if (s.contains(kKvDtypeKey) && m_kvDtype.isEmpty()) setKvDtype(s.value(kKvDtypeKey).toString());
+  if (s.contains(kImageSizeKey) && m_imageSize == 0) setImageSize(s.value(kImageSizeKey).toInt());
   m_budgetFromSettings = s.contains(kBudgetKey);
   const int budget = s.value(kBudgetKey, kDefaultBudget).toInt();
   m_budget->setEntriesPerHead(budget);
@@ -955,6 +968,13 @@ QActionGroup* MainWindow::addReloadingChoiceMenu(QMenu* parent, const QString& t
   return group;
 }
 
+void MainWindow::setImageSize(int pixels) {
+  m_imageSize = std::max(pixels, 0);
+  const QString value = m_imageSize > 0 ? QString::number(m_imageSize) : QString();
+  for (QAction* a : m_imageSizeGroup->actions()) a->setChecked(a->data().toString() == value);
+  Q_EMIT requestImageSize(m_imageSize);
+}
+
 void MainWindow::setKvDtype(const QString& kvDtype) {
   m_kvDtype = kvDtype;
   for (QAction* a : m_kvDtypeGroup->actions()) a->setChecked(a->data().toString() == kvDtype);
@@ -1130,9 +1150,24 @@ void MainWindow::addAttachments(const QStringList& paths) {
   }
   for (const QString& p : paths)
     if (!m_attachments.contains(p)) m_attachments << p;
+  // Each image with the tokens it will take at this model's resolution (from its size alone).
   QStringList names;
-  for (const QString& p : m_attachments) names << QFileInfo(p).fileName();
-  m_attachLabel->setText(m_attachments.isEmpty() ? QString() : tr("Images: %1").arg(names.join(QStringLiteral(", "))));
+  int64_t total = 0;
+  for (const QString& p : m_attachments) {
+    const QSize size = QImageReader(p).size();
+    int64_t tokens = -1;
+    if (size.isValid() && m_model.imageTokens) {
+      try {
+        tokens = m_model.imageTokens(size.width(), size.height());
+      } catch (const std::exception&) {
+        tokens = -1;  // an image the processor refuses: named when sent
+      }
+    }
+    names << (tokens >= 0 ? tr("%1 (%2 tokens)").arg(QFileInfo(p).fileName()).arg(tokens) : QFileInfo(p).fileName());
+    total += std::max<int64_t>(tokens, 0);
+  }
+  m_attachLabel->setText(m_attachments.isEmpty() ? QString()
+                                                  : tr("Images: %1 · %2 image tokens").arg(names.join(QStringLiteral(", "))).arg(total));
   m_attachLabel->setToolTip(m_attachments.join(QLatin1Char('\n')));
   m_clearAttach->setVisible(!m_attachments.isEmpty());
 }
@@ -1169,6 +1204,7 @@ void MainWindow::showError(const QString& title, const QString& message) {
 void MainWindow::onModelLoaded(const ModelSummary& model) {
   m_model = model;
   m_hasModel = true;
+  addAttachments({});  // the attached images' token counts at this model's resolution
   m_conversation->setAnswersOpenThinking(model.opensThinking);
   if (m_persist) RecentModels::add(model.dir);
   const trimkv::ModelInfo& i = model.info;

@@ -99,6 +99,10 @@ class MainWindow : public QMainWindow {
   // load uses it (File > KV cache precision reloads).
   void setKvDtype(const QString& kvDtype);
   const QString& kvDtype() const { return m_kvDtype; }
+  // Image resolution for loads, pixels on a side (0 = the processor's own; File > Image
+  // resolution reloads).
+  void setImageSize(int pixels);
+  int imageSize() const { return m_imageSize; }
   int threadsInUse() const;
   static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
   // When the autosave file holds a conversation, asks (non-modal) whether to open it; autosaving
@@ -209,6 +213,7 @@ class MainWindow : public QMainWindow {
   void requestThreads(int threads);
   void requestWeights(const QString& weights);
   void requestKvDtype(const QString& kvDtype);
+  void requestImageSize(int pixels);
   void requestTranscript();
   // To the analysis worker (queued).
   void requestCompare(const CompareRequest& request);
@@ -340,6 +345,8 @@ class MainWindow : public QMainWindow {
   QActionGroup* m_weightsGroup = nullptr;
   QString m_kvDtype;
   QActionGroup* m_kvDtypeGroup = nullptr;
+  int m_imageSize = 0;
+  QActionGroup* m_imageSizeGroup = nullptr;
   // A File submenu of exclusive choices whose change reloads the model (kept in settingsKey).
   struct MenuChoice {
     const char* value;

@@ -7,6 +7,7 @@
 #include <QStringList>
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <vector>
 
 #include "trimkv/core/engine.h"
@@ -36,6 +37,8 @@ struct ModelSummary {
   QString chatTemplate;  // the file the chat template came from ("" when the folder has none)
   bool opensThinking = false;  // answers start inside a <think> block (ChatEngine::answers_open_thinking)
   std::vector<trimkv::PolicyDescription> policies;  // every policy of the eviction engine
+  // Image tokens an image of width x height becomes at the loaded resolution (any thread).
+  std::function<int64_t(int, int)> imageTokens;
 };
 
 // Timings and sizes of one finished (or stopped) answer.

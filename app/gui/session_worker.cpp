@@ -53,6 +53,7 @@ void SessionWorker::setThreads(int threads) {
 
 void SessionWorker::setWeights(const QString& weights) { m_weights = weights; }
 void SessionWorker::setKvDtype(const QString& kvDtype) { m_kvDtype = kvDtype; }
+void SessionWorker::setImageSize(int imageSize) { m_imageSize = imageSize; }
 
 void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   BusyScope<SessionWorker> busy(this);
@@ -67,6 +68,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
     options.template_vars = m_templateVars;
     options.weights = m_weights.toStdString();
     options.kv_dtype = m_kvDtype.toStdString();
+    options.image_size = m_imageSize;
     engine = ChatEngine::load(dir.toStdString(), options);
   } catch (const std::exception& e) {
     Q_EMIT errorOccurred(gates.isEmpty() ? tr("Cannot open the model") : tr("Cannot open the model with these gates"),
@@ -85,6 +87,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   summary.chatTemplate = QString::fromStdString(m_engine->chat_template_origin());
   summary.opensThinking = m_engine->answers_open_thinking();
   summary.policies = trimkv::describe_policies();
+  summary.imageTokens = m_engine->image_token_counter();
   // Keep the user's eviction choice across models when the new one accepts it.
   if (m_eviction.policy != "full") {
     try {

@@ -25,6 +25,7 @@
 #include <QFileInfo>
 #include <QMessageBox>
 #include <QPushButton>
+#include <QImageReader>
 #include <QSignalSpy>
 #include <QSpinBox>
 #include <QtTest>
@@ -1716,6 +1717,41 @@ class MainWindowTest : public QObject {
     w.findChild<QAction*>(QStringLiteral("kv_own"))->trigger();
     QVERIFY(loaded.wait(kLoadTimeoutMs));
     QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f16"));
+  }
+
+  void attachedImagesShowTheirTokensAndTheImageResolutionMenuChangesThem() {
+    // Attached images show the image tokens they will take before anything is sent; File >
+    // Image resolution reloads at another size (the counts follow); a size the checkpoint
+    // cannot take is refused with a message and the model stays.
+    MainWindow w;
+    w.show();
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.openModel(QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/idefics3"));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    for (QMessageBox* box : w.findChildren<QMessageBox*>()) box->accept();
+    const QString image = QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/images/a.png");
+    w.addAttachments({image});
+    auto* label = w.findChild<QLabel*>(QStringLiteral("attachLabel"));
+    QVERIFY(label);
+    const QSize size = QImageReader(image).size();
+    const int64_t own = w.model().imageTokens(size.width(), size.height());
+    QVERIFY(own > 0);
+    QVERIFY2(label->text().contains(QStringLiteral("(%1 tokens)").arg(own)), qPrintable(label->text()));
+    // 384 px: more tiles per side than this tiny checkpoint has markers for -> refused.
+    QSignalSpy errors(&w, &MainWindow::errorReported);
+    w.findChild<QAction*>(QStringLiteral("image_384"))->trigger();
+    QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, kLoadTimeoutMs);
+    QVERIFY2(errors.takeFirst().at(1).toString().contains(QStringLiteral("--image-size 384")), "names the size");
+    for (QMessageBox* box : w.findChildren<QMessageBox*>()) box->accept();
+    // 32 px: one tile per image.
+    w.setImageSize(32);
+    w.openModel(w.model().dir);
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    const int64_t small = w.model().imageTokens(size.width(), size.height());
+    QCOMPARE(small, int64_t{w.model().vision.image_seq_len});
+    QVERIFY(small < own);
+    QVERIFY2(label->text().contains(QStringLiteral("(%1 tokens)").arg(small)), qPrintable(label->text()));
+    QCOMPARE(w.model().vision.longest_edge, 32);
   }
 };
 

@@ -86,6 +86,12 @@ int64_t ChatEngine::image_token_count(const std::string& path) const {
   return image_token_count(img.width, img.height);
 }
 
+std::function<int64_t(int, int)> ChatEngine::image_token_counter() const {
+  if (!takes_images()) return [](int, int) { return int64_t{0}; };
+  std::shared_ptr<const TurnEncoder> encoder = m_impl->model->encoder;
+  return [encoder](int width, int height) { return encoder->image_token_count(width, height); };
+}
+
 int64_t ChatEngine::image_token_count(int width, int height) const {
   return takes_images() ? m_impl->model->encoder->image_token_count(width, height) : 0;
 }

@@ -4,6 +4,7 @@
 // trimkv::Error values naming the input; after any error the conversation is as before the call.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -62,6 +63,10 @@ class ChatEngine {
   // before sending. Errors name the file.
   int64_t image_token_count(const std::string& path) const;
   int64_t image_token_count(int width, int height) const;  // the same for an image of that size
+  // image_token_count(width, height) as a function that outlives this engine and may be called
+  // from any thread (it holds the immutable encoder): what a GUI thread shows while the engine
+  // works elsewhere.
+  std::function<int64_t(int, int)> image_token_counter() const;
   bool has_chat_template() const;
   std::string chat_template_origin() const;  // the file it came from ("" when none)
   // Whether the chat template's generation prompt opens a thinking block ("<think>", Qwen3 /
