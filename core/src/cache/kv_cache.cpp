@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
+
 #include "trimkv/core/error.h"
 
 namespace trimkv {
@@ -82,7 +84,25 @@ void KvCache::append(int il, const at::Tensor& k, const at::Tensor& v,
 ApplyResult KvCache::apply(const EvictionPlan& plan) {
   ApplyResult result = m_book.apply(plan);
   refresh_views();
-  if (!result.moves.empty()) {
+  if (!result.moves.empty() && m_k.device().is_cpu()) {
+    // In the bookkeeping's order no move reads a slot an earlier one wrote (kv_bookkeeping.h), so
+    // the moves run in order; runs of consecutive source and destination slots move as one
+    // memmove (kept entries mostly shift in runs).
+    const size_t row = static_cast<size_t>(geometry().head_dim) * m_k.element_size();
+    for (at::Tensor* pool : {&m_k, &m_v}) {
+      auto* base = static_cast<uint8_t*>(pool->data_ptr());
+      const std::vector<SlotMove>& mv = result.moves;
+      for (size_t i = 0; i < mv.size();) {
+        size_t n = 1;
+        while (i + n < mv.size() && mv[i + n].src_slot == mv[i].src_slot + static_cast<int32_t>(n) &&
+               mv[i + n].dst_slot == mv[i].dst_slot + static_cast<int32_t>(n))
+          ++n;
+        std::memmove(base + static_cast<size_t>(mv[i].dst_slot) * row, base + static_cast<size_t>(mv[i].src_slot) * row,
+                     n * row);
+        i += n;
+      }
+    }
+  } else if (!result.moves.empty()) {  // other devices: one gather then one scatter per pool
     std::vector<int32_t> src, dst;
     src.reserve(result.moves.size());
     dst.reserve(result.moves.size());
@@ -93,7 +113,6 @@ ApplyResult KvCache::apply(const EvictionPlan& plan) {
     const at::Tensor src_index = slots_to_index(src, m_k.device());
     const at::Tensor dst_index = slots_to_index(dst, m_k.device());
     const int64_t d = geometry().head_dim;
-    // Gather then scatter: independent of the move order.
     for (at::Tensor* pool : {&m_k, &m_v}) {
       at::Tensor flat = pool->view({-1, d});
       flat.index_copy_(0, dst_index, flat.index_select(0, src_index));
