@@ -38,6 +38,11 @@ at::Tensor vit_activation(const at::Tensor& x, const std::string& act) {
 }
 
 
+void hold_tower_matrix(at::Tensor& w, kernels::WeightFormat format) {
+  if (format == kernels::WeightFormat::F32 || !w.defined()) return;
+  w = kernels::pack_weight(w, kernels::format_fits(format, w.size(1)) ? format : kernels::WeightFormat::BF16);
+}
+
 void check_vit_activation(const std::string& act, const std::string& where) {
   TRIMKV_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu" || act == "quick_gelu" ||
                    act == "silu",
@@ -46,8 +51,8 @@ void check_vit_activation(const std::string& act, const std::string& where) {
 }
 
 std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::string& layers_prefix,
-                                             const std::vector<VitTensorSpec>& table,
-                                             const VitConfig& cfg) {
+                                             const std::vector<VitTensorSpec>& table, const VitConfig& cfg,
+                                             kernels::WeightFormat format) {
   std::vector<VitLayerWeights> layers;
   for (int64_t il = 0; il < cfg.n_layer; ++il) {
     const std::string prefix = layers_prefix + std::to_string(il) + ".";
@@ -66,6 +71,7 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
     w.b_fc1 = t[VitTensor::fc1_b];
     w.w_fc2 = t[VitTensor::fc2_w];
     w.b_fc2 = t[VitTensor::fc2_b];
+    for (at::Tensor* m : {&w.w_qkv, &w.w_o, &w.w_fc1, &w.w_fc2}) hold_tower_matrix(*m, format);
     layers.push_back(std::move(w));
   }
   return layers;

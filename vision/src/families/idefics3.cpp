@@ -237,7 +237,7 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vecto
                config_path, "': image_token_id ", cfg.image_token_id, " is outside the vocabulary [0, ",
                m->text.config.vocab_size, ")");
   const WeightStore ws = WeightStore::open_folder(dir);
-  auto vision = Idefics3Vision::load(cfg, ws);
+  auto vision = Idefics3Vision::load(cfg, ws, m->text.weight_format);  // the tower in the decoder's precision too
   Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
   if (options.image_size > 0) {  // --image-size: the longest edge, so fewer (or more) tiles
     const int side = (std::min(options.image_size, 4096) + proc.tile_size - 1) / proc.tile_size;
@@ -342,7 +342,8 @@ Idefics3Config Idefics3Config::from_file(const std::string& path) {
   return c;
 }
 
-std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, const WeightStore& ws) {
+std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, const WeightStore& ws,
+                                                     kernels::WeightFormat format) {
   std::string root;
   for (const auto& r : kVisionRoots)
     if (ws.contains(r + kPatchW)) root = r;
@@ -354,7 +355,8 @@ std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, 
   w.patch_w = ws.load({root + kPatchW}, {d, v.n_channels, p, p}).reshape({d, v.n_channels * p * p}).contiguous();
   w.patch_b = ws.load({root + kPatchB}, {d});
   w.pos_embed = ws.load({root + kPosEmbed}, {v.patches_per_side() * v.patches_per_side(), d});
-  w.layers = load_vit_layers(ws, root + kLayers, kLayerTable, v);
+  hold_tower_matrix(w.patch_w, format);
+  w.layers = load_vit_layers(ws, root + kLayers, kLayerTable, v, format);
   w.post_ln_w = ws.load({root + kPostLnW}, {d});
   w.post_ln_b = ws.load({root + kPostLnB}, {d});
   const TensorInfo* proj = ws.find_any(kConnector);
@@ -365,18 +367,20 @@ std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, 
                " (text hidden_size ", cfg.text_hidden_size, " x vision hidden_size ", d,
                " * scale_factor^2 ", s2, "): the vision config contradicts the connector");
   w.proj = ws.load(kConnector, want);
+  hold_tower_matrix(w.proj, format);
   return std::make_shared<Idefics3Vision>(cfg, std::move(w));
 }
 
 Idefics3Vision::Idefics3Vision(Idefics3Config cfg, Weights w) : m_cfg(std::move(cfg)), m_w(std::move(w)) {}
 
 int64_t Idefics3Vision::parameter_count() const {
-  int64_t n = m_w.patch_w.numel() + m_w.patch_b.numel() + m_w.pos_embed.numel() + m_w.post_ln_w.numel() +
-              m_w.post_ln_b.numel() + m_w.proj.numel();
+  int64_t n = 0;
+  for (const at::Tensor* t : {&m_w.patch_w, &m_w.patch_b, &m_w.pos_embed, &m_w.post_ln_w, &m_w.post_ln_b, &m_w.proj})
+    n += kernels::value_count(*t);
   for (const auto& l : m_w.layers)
     for (const at::Tensor* t : {&l.ln1_w, &l.ln1_b, &l.w_qkv, &l.b_qkv, &l.w_o, &l.b_o, &l.ln2_w, &l.ln2_b,
                                 &l.w_fc1, &l.b_fc1, &l.w_fc2, &l.b_fc2})
-      n += t->numel();
+      n += kernels::value_count(*t);
   return n;
 }
 

@@ -203,7 +203,12 @@ VisionWindows qwen2_5_vl_windows(int64_t grid_h, int64_t grid_w, int64_t merge, 
 }
 
 std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& cfg, int64_t text_hidden,
-                                                       const WeightStore& ws) {
+                                                       const WeightStore& ws, kernels::WeightFormat format) {
+  // Each matrix is packed as it is loaded: the float32 copy of one matrix at most.
+  auto held = [format](at::Tensor w) {
+    hold_tower_matrix(w, format);
+    return w;
+  };
   std::string root;
   for (const auto& r : kRoots)
     if (ws.contains(r + kPatch)) root = r;
@@ -213,9 +218,9 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
   const bool qwen3 = cfg.kind == QwenVisionKind::Qwen3;
   const BlockNames& names = cfg.kind == QwenVisionKind::Qwen2 ? kQwen2Block : qwen3 ? kQwen3Block : kQwen25Block;
   Weights w;
-  w.patch_w = ws.load({root + kPatch}, {e, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size})
-                  .reshape({e, cfg.patch_dim()})
-                  .contiguous();
+  w.patch_w = held(ws.load({root + kPatch}, {e, cfg.in_channels, cfg.temporal_patch_size, cfg.patch_size, cfg.patch_size})
+                       .reshape({e, cfg.patch_dim()})
+                       .contiguous());
   if (qwen3) {
     w.patch_b = ws.load({root + "patch_embed.proj.bias"}, {e});
     w.pos_embed = ws.load({root + "pos_embed.weight"}, {cfg.num_position_embeddings, e});
@@ -227,19 +232,20 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
     b.norm2_w = ws.load({p + "norm2.weight"}, {e});
     if (names.norm1_b) b.norm1_b = ws.load({p + names.norm1_b}, {e});
     if (names.norm2_b) b.norm2_b = ws.load({p + names.norm2_b}, {e});
-    b.w_qkv = ws.load({p + "attn.qkv.weight"}, {3 * e, e});
+    b.w_qkv = held(ws.load({p + "attn.qkv.weight"}, {3 * e, e}));
     b.b_qkv = ws.load({p + "attn.qkv.bias"}, {3 * e});
-    b.w_proj = ws.load({p + "attn.proj.weight"}, {e, e});
+    b.w_proj = held(ws.load({p + "attn.proj.weight"}, {e, e}));
     b.b_proj = ws.load({p + "attn.proj.bias"}, {e});
     const std::string fc1 = p + names.fc1, fc2 = p + names.fc2;
     b.w_fc1 = ws.load({fc1 + ".weight"}, {f, e});
     b.b_fc1 = ws.load({fc1 + ".bias"}, {f});
     if (names.up) {  // gate and up fused: one product, split after
       const std::string up = p + names.up;
-      b.w_fc1 = at::cat({b.w_fc1, ws.load({up + ".weight"}, {f, e})}, 0).contiguous();
+      b.w_fc1 = at::cat({b.w_fc1, ws.load({up + ".weight"}, {f, e})}, 0).contiguous();  // packed below
       b.b_fc1 = at::cat({b.b_fc1, ws.load({up + ".bias"}, {f})}, 0).contiguous();
     }
-    b.w_fc2 = ws.load({fc2 + ".weight"}, {e, f});
+    b.w_fc1 = held(b.w_fc1);
+    b.w_fc2 = held(ws.load({fc2 + ".weight"}, {e, f}));
     b.b_fc2 = ws.load({fc2 + ".bias"}, {e});
     w.blocks.push_back(std::move(b));
   }
@@ -253,7 +259,7 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
     m.norm_after_shuffle = after_shuffle;
     m.norm_w = ws.load({mp + mn.norm + ".weight"}, {nw});
     if (cfg.kind != QwenVisionKind::Qwen2_5) m.norm_b = ws.load({mp + mn.norm + ".bias"}, {nw});
-    m.fc1_w = ws.load({mp + mn.fc1 + ".weight"}, {e * m2, e * m2});
+    m.fc1_w = held(ws.load({mp + mn.fc1 + ".weight"}, {e * m2, e * m2}));
     m.fc1_b = ws.load({mp + mn.fc1 + ".bias"}, {e * m2});
     const std::string out = mp + mn.fc2 + ".weight";
     const TensorInfo* info = ws.find(out);
@@ -263,7 +269,7 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
                  shape_to_string(info->shape), " but the text decoder's hidden_size ", text_hidden,
                  " and the vision width ", e, " x ", m2, " merged patches need ", shape_to_string(want),
                  ": the merger contradicts the text model");
-    m.fc2_w = ws.load({out}, want);
+    m.fc2_w = held(ws.load({out}, want));
     m.fc2_b = ws.load({mp + mn.fc2 + ".bias"}, {text_hidden});
     return m;
   };
@@ -279,7 +285,7 @@ int64_t QwenVisionTower::parameter_count() const {
   int64_t n = 0;
   auto add = [&n](std::initializer_list<const at::Tensor*> ts) {
     for (const at::Tensor* t : ts)
-      if (t->defined()) n += t->numel();
+      if (t->defined()) n += kernels::value_count(*t);
   };
   add({&m_w.patch_w, &m_w.patch_b, &m_w.pos_embed});
   for (const Merger* m : {&m_w.merger})
@@ -436,7 +442,7 @@ std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector
                m->text.config.model_type, "') has no multimodal rotary (mrope_section)");
   const Qwen2VlConfig cfg = Qwen2VlConfig::from_file(config_path);
   const WeightStore ws = WeightStore::open_folder(dir);
-  auto tower = QwenVisionTower::load(cfg.vision, m->text.config.hidden_size, ws);
+  auto tower = QwenVisionTower::load(cfg.vision, m->text.config.hidden_size, ws, m->text.weight_format);
   Qwen2VlProcessorConfig proc = Qwen2VlProcessorConfig::from_folder(dir);
   if (options.image_size > 0) {  // --image-size: at most image_size² pixels per image
     const int64_t max_pixels = static_cast<int64_t>(options.image_size) * options.image_size;

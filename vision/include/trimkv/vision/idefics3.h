@@ -112,8 +112,11 @@ struct Idefics3Config {
 class Idefics3Vision {
  public:
   // Binds the tower and connector tensors (declarative table in the family file).
-  static std::shared_ptr<Idefics3Vision> load(const Idefics3Config& cfg, const WeightStore& ws);
-
+  // The matrices (patch embedding, blocks, connector) are held in `format` for inference (the
+  // text decoder's --weights; bf16 where a width is not whole blocks), packed as they load;
+  // float32 keeps them as the batched training path needs them.
+  static std::shared_ptr<Idefics3Vision> load(const Idefics3Config& cfg, const WeightStore& ws,
+                                              kernels::WeightFormat format = kernels::WeightFormat::F32);
   const Idefics3Config& config() const { return m_cfg; }
   int64_t parameter_count() const;
 

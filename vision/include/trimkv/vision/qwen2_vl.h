@@ -98,8 +98,11 @@ class QwenVisionTower {
 
   // Binds model.visual.* (v5) or visual.* (legacy) and checks the merger's output against
   // `text_hidden` (Error{Shape} naming the tensor and both widths).
+  // The matrices (patch embedding, blocks, mergers) are held in `format` for inference (the
+  // text decoder's --weights; bf16 where a width is not whole blocks), packed as they load.
   static std::shared_ptr<QwenVisionTower> load(const QwenVisionConfig& cfg, int64_t text_hidden,
-                                               const WeightStore& ws);
+                                               const WeightStore& ws,
+                                               kernels::WeightFormat format = kernels::WeightFormat::F32);
   QwenVisionTower(QwenVisionConfig cfg, Weights w);
 
   const QwenVisionConfig& config() const { return m_cfg; }

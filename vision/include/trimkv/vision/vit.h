@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/kernels/weight_format.h"
+
 namespace trimkv {
 class WeightStore;
 }
@@ -49,10 +51,15 @@ struct VitLayerWeights {
 };
 
 // Binds cfg.n_layer blocks named `<layers_prefix><il>.<spec.name>`, checking shapes against cfg
-// (Error{Shape} / Error{Config} naming the tensor).
+// (Error{Shape} / Error{Config} naming the tensor); each block's matrices held in `format`
+// (hold_tower_matrix) as it loads.
 std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::string& layers_prefix,
-                                             const std::vector<VitTensorSpec>& table,
-                                             const VitConfig& cfg);
+                                             const std::vector<VitTensorSpec>& table, const VitConfig& cfg,
+                                             kernels::WeightFormat format = kernels::WeightFormat::F32);
+
+// A tower matrix held in `format` (kernels/weight_format.h) for the inference path, or in bf16
+// where the format cannot hold its width; float32 leaves it as it is (what training needs).
+void hold_tower_matrix(at::Tensor& w, kernels::WeightFormat format);
 
 // Error{Unsupported} naming `where` for an activation the blocks do not implement.
 void check_vit_activation(const std::string& act, const std::string& where);
