@@ -1,5 +1,6 @@
 // Helpers shared by the test suites: fixture paths, scratch folders, fixture readers.
 #pragma once
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -45,6 +46,16 @@ inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
+
+// Where tests/oracle/smollm2_checkpoint.py puts the real SmolLM2-135M-Instruct (its safetensors
+// conversion and the GGUF file it came from): $TRIMKV_SMOLLM2, else
+// ~/.cache/trimkv/models/SmolLM2-135M-Instruct. Tests on it say "skipped" when it is absent.
+inline std::string smollm2_dir() {
+  if (const char* d = std::getenv("TRIMKV_SMOLLM2")) return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "") + "/.cache/trimkv/models/SmolLM2-135M-Instruct";
+}
+inline std::string smollm2_gguf() { return smollm2_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
 // Copies a fixture model folder into `dst` (so a test can damage the copy).
 inline void copy_model(const std::string& name, const std::string& dst) {

