@@ -87,19 +87,26 @@ TEST_CASE("trimkv chat: images, streaming answers, errors that keep the session,
   CAPTURE(r.out, r.err);
   REQUIRE(r.code == 0);
   REQUIRE_THAT(r.out, Catch::Contains("[image 1 attached"));
-  REQUIRE_THAT(r.out, Catch::Contains("truncated.jpg"));
+  REQUIRE_THAT(r.out, Catch::Contains(" image tokens at this resolution"));
+  // A corrupt image is refused when attached (decoded then to count its tokens), named; the
+  // message typed after it is answered without it.
+  REQUIRE_THAT(r.out, Catch::Contains("truncated.jpg' is a truncated or corrupt JPEG"));
+  REQUIRE_THAT(r.out, !Catch::Contains("[image 2 attached"));
   REQUIRE_THAT(r.out, Catch::Contains("no such image file"));
   REQUIRE_THAT(r.out, Catch::Contains("unknown command '/frobnicate'"));
   REQUIRE_THAT(r.out, Catch::Contains("[new conversation]"));
   const auto t = trimkv::test::read_json(dir.file("t.json"));
-  // Turn 1 with its image and answer, the failed turn absent, "Still there?" and its answer.
-  REQUIRE(t["messages"].size() == 4);
+  // Turn 1 with its image and answer, "And this?" (text only) and its answer, "Still there?" and
+  // its answer.
+  REQUIRE(t["messages"].size() == 6);
   REQUIRE(t["messages"][0]["content"][0]["type"] == "image");
-  REQUIRE(t["messages"][2]["content"][0]["text"] == "Still there?");
-  // Three answers streamed, each with a stats line.
+  REQUIRE(t["messages"][2]["content"].size() == 1);
+  REQUIRE(t["messages"][2]["content"][0]["text"] == "And this?");
+  REQUIRE(t["messages"][4]["content"][0]["text"] == "Still there?");
+  // Four answers streamed, each with a stats line.
   size_t stats = 0;
   for (size_t p = r.err.find("KV entries"); p != std::string::npos; p = r.err.find("KV entries", p + 1)) ++stats;
-  REQUIRE(stats == 3);
+  REQUIRE(stats == 4);
   // Ctrl-D ends the chat too.
   REQUIRE(run({"chat", "--model", kVlm}, "").code == 0);
 }
