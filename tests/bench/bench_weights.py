@@ -24,7 +24,7 @@ the instruction sets listed instead:
 (AVX2-only machines: leave out the AVX512 ones).
 
 Usage: <venv>/bin/python tests/bench/bench_weights.py [--shape smollm2-135m|qwen2.5-3b] [--prompt 512]
-       [--new 128] [--threads 2] [--formats f32,bf16,f16,q8,q4] [--skip-hf] [--skip-llama]
+       [--new 128] [--threads 2] [--formats f32,bf16,f16,q8,q4] [--skip-hf] [--skip-llama] [--skip-gguf]
 """
 import argparse
 import json
@@ -192,15 +192,19 @@ def bandwidth(threads):
     return best
 
 
-def bench_trimkv(ckpt, ids, n_new, threads, fmt, binary):
-    out = subprocess.run([binary, "generate", "--model", str(ckpt), "--prompt-ids", ",".join(map(str, ids)),
-                          "--max-new-tokens", str(n_new), "--ignore-eos", "--threads", str(threads), "--weights",
-                          fmt, "--prefill-chunk", str(len(ids)), "--json"], check=True, capture_output=True, text=True)
+def bench_trimkv(model, ids, n_new, threads, fmt, binary):
+    """trimkv on a checkpoint folder with --weights fmt, or on a GGUF file as stored (fmt None); its
+    KV cache at its default dtype (f16 for checkpoints stored in 16 bits or fewer)."""
+    weights = ["--weights", fmt] if fmt else []
+    out = subprocess.run([binary, "generate", "--model", str(model), "--prompt-ids", ",".join(map(str, ids)),
+                          "--max-new-tokens", str(n_new), "--ignore-eos", "--threads", str(threads), *weights,
+                          "--prefill-chunk", str(len(ids)), "--json"], check=True, capture_output=True, text=True)
     j = json.loads(out.stdout)
-    info = json.loads(subprocess.run([binary, "info", "--model", str(ckpt), "--weights", fmt, "--json"], check=True,
+    info = json.loads(subprocess.run([binary, "info", "--model", str(model), *weights, "--json"], check=True,
                                      capture_output=True, text=True).stdout)
     return dict(prefill=len(ids) / (j["prefill_ms"] / 1000), decode=(n_new - 1) / (j["decode_ms"] / 1000),
-                weight_bytes=info["weights_held_bytes"], isa=info.get("kernel_isa", "?"))
+                weight_bytes=info["weights_held_bytes"], isa=info.get("kernel_isa", "?"),
+                kv_value_bytes=4 if info.get("kv_dtype", "f32") == "f32" else 2, held=info["weights_held"])
 
 
 def bench_llama(gguf_path, ids, n_new, threads):
@@ -248,6 +252,7 @@ def main():
     ap.add_argument("--formats", default="f32,bf16,f16,q8,q4")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--skip-llama", action="store_true")
+    ap.add_argument("--skip-gguf", action="store_true", help="do not also run trimkv on llama.cpp's GGUF files")
     ap.add_argument("--binary", default=str(ROOT / "build" / "app" / "trimkv"))
     args = ap.parse_args()
     s = SHAPES[args.shape]
@@ -259,14 +264,14 @@ def main():
     hd = s["hidden"] // s["heads"]
     kv_per_token = s["layers"] * s["kv"] * hd * 2  # K and V values per token
     # KV read per decode step: the mean context over the decoded tokens, in each runtime's KV dtype
-    # (all float32 here except llama.cpp's f16 cache).
+    # (trimkv's default for this bf16 checkpoint and llama.cpp's: f16; transformers: its weights').
     ctx = args.prompt + args.new / 2
     bw = bandwidth(args.threads)
     load = os.getloadavg()[0]
     rows = []
     for fmt in formats:
         r = bench_trimkv(ckpt, ids, args.new, args.threads, fmt, args.binary)
-        rows.append((f"trimkv ({r['isa']})", fmt, r, r["weight_bytes"] + kv_per_token * 4 * ctx))
+        rows.append((f"trimkv ({r['isa']})", fmt, r, r["weight_bytes"] + kv_per_token * r["kv_value_bytes"] * ctx))
     if not args.skip_llama:
         import llama_cpp
         for fmt in formats:
@@ -278,6 +283,10 @@ def main():
             r = bench_llama(g, ids, args.new, args.threads)
             rows.append((f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", GGUF_TYPES[fmt].lower(), r,
                          r["weight_bytes"] + kv_per_token * 2 * ctx))
+            if not args.skip_gguf:  # the very file llama.cpp read, opened by trimkv as stored
+                r = bench_trimkv(g, ids, args.new, args.threads, None, args.binary)
+                rows.append((f"trimkv on the GGUF ({r['isa']})", GGUF_TYPES[fmt].lower(), r,
+                             r["weight_bytes"] + kv_per_token * r["kv_value_bytes"] * ctx))
     if not args.skip_hf:
         import torch
         import transformers
@@ -295,7 +304,7 @@ def main():
     for label, fmt, r, per_token in rows:
         print(f"| {label} | {fmt} | {r['weight_bytes'] / 2**20:,.0f} | {r['prefill']:.0f} | {r['decode']:.1f} | "
               f"{100 * per_token * r['decode'] / bw:.0f}% |")
-    ours = {fmt: r for label, fmt, r, _ in rows if label.startswith("trimkv")}
+    ours = {fmt: r for label, fmt, r, _ in rows if label.startswith("trimkv (")}
     theirs = {fmt: r for label, fmt, r, _ in rows if label.startswith("llama.cpp")}
     if theirs:
         print("\n| precision | trimkv / llama.cpp prefill | trimkv / llama.cpp decode |\n|---|---:|---:|")
