@@ -5,6 +5,7 @@
 #include "commands.h"
 #include "trimkv/core/engine.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/text_turn_encoder.h"
 #include "trimkv/vision/chat_engine.h"
 
 namespace trimkv::cli {
@@ -82,7 +83,7 @@ int cmd_info(int argc, char** argv, int first) {
   std::string chat_template = "none (raw prompts only)";
   try {
     if (!i.embedded_chat_template.empty())
-      chat_template = ChatTemplate::from_source(i.embedded_chat_template, dir + " (tokenizer.chat_template)").origin();
+      chat_template = ChatTemplate::from_source(i.embedded_chat_template, embedded_chat_template_origin(dir)).origin();
     else if (const auto t = ChatTemplate::from_folder(dir))
       chat_template = t->origin();
     j["chat_template"] = chat_template;

@@ -126,6 +126,10 @@ LoadedChatFormat load_chat_format(const std::string& dir, const Tokenizer& token
                           style);
 }
 
+std::string embedded_chat_template_origin(const std::string& model_path) {
+  return model_path + " (tokenizer.chat_template)";
+}
+
 LoadedChatFormat embedded_chat_format(const std::string& source, const std::string& origin, const Tokenizer& tokenizer,
                                       ContentStyle style) {
   return chat_format_from([&] { return std::optional<ChatTemplate>(ChatTemplate::from_source(source, origin)); },
@@ -139,7 +143,7 @@ std::shared_ptr<const TextTurnEncoder> make_text_turn_encoder(const TextModel& m
       model.dir, model.tokenizer,
       model.embedded_chat_template.empty()
           ? load_chat_format(model.dir, *model.tokenizer, ContentStyle::Strings)
-          : embedded_chat_format(model.embedded_chat_template, model.dir + " (tokenizer.chat_template)",
+          : embedded_chat_format(model.embedded_chat_template, embedded_chat_template_origin(model.dir),
                                  *model.tokenizer, ContentStyle::Strings),
       vars);
 }

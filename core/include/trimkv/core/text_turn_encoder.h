@@ -75,6 +75,8 @@ class TextTurnEncoder : public TurnEncoder {
 // ContentStyle::Parts, looks at the processor's first) with the tokenizer's bos/eos tokens. A
 // template that cannot be read or parsed is kept as its error (the message names the file).
 LoadedChatFormat load_chat_format(const std::string& dir, const Tokenizer& tokenizer, ContentStyle style);
+// How a template carried inside the model file `model_path` is named in messages and reports.
+std::string embedded_chat_template_origin(const std::string& model_path);
 // The same for a template carried as text (a GGUF file's tokenizer.chat_template); `origin` names it.
 LoadedChatFormat embedded_chat_format(const std::string& source, const std::string& origin, const Tokenizer& tokenizer,
                                       ContentStyle style);
