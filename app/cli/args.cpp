@@ -119,8 +119,8 @@ OptionSpec weights_option() {
 
 OptionSpec kv_dtype_option() {
   return {"kv-dtype", "T",
-          "store the KV cache's K and V as f32, bf16 or f16; attention accumulates in f32 (default: bf16 for "
-          "bf16 checkpoints, f32 otherwise); MiB budgets follow it"};
+          "store the KV cache's K and V as f32, bf16 or f16; attention accumulates in f32 (default: f16 for "
+          "checkpoints stored in 16 bits or fewer, f32 for f32 ones); MiB budgets follow it"};
 }
 
 OptionSpec image_size_option() {

@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
                                       QStringLiteral("FMT"));
   parser.addOption(weightsOpt);
   const QCommandLineOption kvDtypeOpt(QStringLiteral("kv-dtype"),
-                                      QStringLiteral("Store the KV cache's K and V as f32, bf16 or f16 (default: bf16 for bf16 checkpoints, else f32)."),
+                                      QStringLiteral("Store the KV cache's K and V as f32, bf16 or f16 (default: f16 for 16-bit and quantised checkpoints, else f32)."),
                                       QStringLiteral("T"));
   parser.addOption(kvDtypeOpt);
   const QCommandLineOption imageSizeOpt(QStringLiteral("image-size"),

@@ -173,7 +173,7 @@ void MainWindow::buildMenus() {
       [this] { return m_weights; }, [this](const QString& v) { setWeights(v); }, QStringLiteral("compute/weights"));
   m_kvDtypeGroup = addReloadingChoiceMenu(
       file, tr("&KV cache precision"), QStringLiteral("kvDtypeMenu"), QStringLiteral("kv"),
-      {{"", tr("The checkpoint's &own"), tr("bf16 for bf16 checkpoints (as transformers keeps it), f32 otherwise")},
+      {{"", tr("The checkpoint's &own"), tr("f16 for checkpoints stored in 16 bits or fewer (bf16, f16, GGUF q8/q4), f32 for f32 ones")},
        {"f32", tr("f&32"), tr("float32 K and V: 4 bytes per value")},
        {"bf16", tr("&bf16"), tr("bfloat16 K and V: 2 bytes per value (attention accumulates in f32)")},
        {"f16", tr("f&16"), tr("float16 K and V: 2 bytes per value (attention accumulates in f32)")}},

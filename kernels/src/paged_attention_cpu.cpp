@@ -8,6 +8,8 @@
 // reduced afterwards, so no two threads write one value.
 #include "trimkv/kernels/paged_attention.h"
 
+#include "gemv_lowp.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -119,19 +121,9 @@ constexpr int64_t kMinWorkPerChunk = 1 << 15;
 #endif
 
 // The first n values of a 16-bit pool block widened to float32 (exact: every bf16 / f16 value is
-// a float32 value).
-TRIMKV_ROW_KERNEL_CLONES void widen_block(const uint16_t* src, KvDtype dtype, int64_t n, float* dst) {
-  if (dtype == KvDtype::BF16) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-      float f;
-      std::memcpy(&f, &bits, sizeof f);
-      dst[i] = f;
-    }
-  } else {
-    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(c10::Half(src[i], c10::Half::from_bits()));
-  }
+// a float32 value), with the GEMV's vectorised conversion (F16C / AVX-512 where the CPU has it).
+inline void widen_block(const uint16_t* src, KvDtype dtype, int64_t n, float* dst) {
+  widen_row_16bit(src, dst, n, dtype == KvDtype::BF16);
 }
 
 // Block `block` of a pool as float32 rows: the block itself for float32 pools, else widened into
@@ -236,9 +228,67 @@ int32_t PagedKvView::max_length() const {
   return m;
 }
 
+namespace {
+
+// Query rows from which a 16-bit cache is widened once per call (below) rather than per task: a
+// task widens every block it reads, so a prefill chunk of n rows would convert each value
+// n * group times.
+constexpr int kPrewidenMinRows = 4;
+
+// The visible blocks of every KV head of a 16-bit view, widened into float32 pools of their own
+// (head h's blocks consecutive), and the float32 view over them.
+struct WidenedKv {
+  std::vector<float> k, v;
+  std::vector<int32_t> tables;
+  std::vector<const int32_t*> table_ptrs;
+  PagedKvView view;
+
+  explicit WidenedKv(const PagedKvView& kv) : view(kv) {
+    const int64_t block_elems = static_cast<int64_t>(kv.block_size) * kv.head_dim;
+    std::vector<int64_t> first(kv.n_kv_head + 1, 0);
+    for (int h = 0; h < kv.n_kv_head; ++h)
+      first[h + 1] = first[h] + (static_cast<int64_t>(kv.lengths[h]) + kv.block_size - 1) / kv.block_size;
+    const int64_t total = first[kv.n_kv_head];
+    k.resize(static_cast<size_t>(total * block_elems));
+    v.resize(static_cast<size_t>(total * block_elems));
+    tables.resize(static_cast<size_t>(std::max<int64_t>(1, total)));
+    table_ptrs.resize(kv.n_kv_head);
+    for (int h = 0; h < kv.n_kv_head; ++h) {
+      for (int64_t b = first[h]; b < first[h + 1]; ++b) tables[b] = static_cast<int32_t>(b);
+      table_ptrs[h] = tables.data() + first[h];
+    }
+    const auto* k16 = static_cast<const uint16_t*>(kv.k_pool);
+    const auto* v16 = static_cast<const uint16_t*>(kv.v_pool);
+    const int64_t grain = std::max<int64_t>(1, kMinWorkPerChunk / block_elems);
+    at::parallel_for(0, total, grain, [&](int64_t begin, int64_t end) {
+      int h = 0;
+      for (int64_t b = begin; b < end; ++b) {
+        while (b >= first[h + 1]) ++h;
+        const int32_t src = kv.block_tables[h][b - first[h]];
+        widen_block(k16 + src * block_elems, kv.dtype, block_elems, k.data() + b * block_elems);
+        widen_block(v16 + src * block_elems, kv.dtype, block_elems, v.data() + b * block_elems);
+      }
+    });
+    view.k_pool = k.data();
+    view.v_pool = v.data();
+    view.dtype = KvDtype::F32;
+    view.n_blocks = total;
+    view.block_tables = table_ptrs.data();
+  }
+};
+
+}  // namespace
+
 void paged_attention_cpu(const PagedAttentionParams& p) {
   const int64_t n_tasks = static_cast<int64_t>(p.n_q) * p.n_head;
   if (n_tasks == 0) return;
+  if (p.kv.dtype != KvDtype::F32 && p.n_q >= kPrewidenMinRows) {
+    const WidenedKv widened(p.kv);
+    PagedAttentionParams wide = p;
+    wide.kv = widened.view;
+    paged_attention_cpu(wide);
+    return;
+  }
   const int d = p.kv.head_dim;
   const int n_kv_head = p.kv.n_kv_head;
   const int64_t max_len = p.kv.max_length();

@@ -56,15 +56,17 @@ TEST_CASE("An f16 KV cache keeps the logits within 2e-2 of the float32 cache's, 
   }
 }
 
-TEST_CASE("The KV dtype defaults to bf16 for bf16 checkpoints, f32 otherwise; unknown ones are refused by name",
+TEST_CASE("The KV dtype defaults to f16 for checkpoints stored in 16 bits or fewer, f32 otherwise; unknown ones are refused by name",
           "[kv-dtype]") {
   CHECK(resolve_kv_dtype("", DType::F32) == kernels::KvDtype::F32);
-  CHECK(resolve_kv_dtype("", DType::BF16) == kernels::KvDtype::BF16);
-  CHECK(resolve_kv_dtype("", DType::F16) == kernels::KvDtype::F32);
-  CHECK(resolve_kv_dtype("", DType::Q4_1) == kernels::KvDtype::F32);
+  CHECK(resolve_kv_dtype("", DType::BF16) == kernels::KvDtype::F16);
+  CHECK(resolve_kv_dtype("", DType::F16) == kernels::KvDtype::F16);
+  CHECK(resolve_kv_dtype("", DType::Q8_0) == kernels::KvDtype::F16);
+  CHECK(resolve_kv_dtype("", DType::Q4_1) == kernels::KvDtype::F16);
   CHECK(resolve_kv_dtype("bf16", DType::F32) == kernels::KvDtype::BF16);
+  CHECK(resolve_kv_dtype("f32", DType::BF16) == kernels::KvDtype::F32);
   const TextModel g = load_text_model(test::data_dir() + "/gguf/qwen2.bf16-bf16.gguf");
-  CHECK(g.kv_dtype == kernels::KvDtype::BF16);
+  CHECK(g.kv_dtype == kernels::KvDtype::F16);
   CHECK(load_text_model(test::data_dir() + "/gguf/qwen2.bf16-bf16.gguf", {"", "f32"}).kv_dtype == kernels::KvDtype::F32);
   try {
     (void)load_text_model(test::model_dir("qwen2"), {"", "fp8"});

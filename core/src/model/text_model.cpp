@@ -27,9 +27,10 @@ kernels::WeightFormat resolve_weight_format(const std::string& requested, DType 
 }
 
 kernels::KvDtype resolve_kv_dtype(const std::string& requested, DType stored) {
-  // bf16 checkpoints keep K/V in bf16, as transformers does; the rest float32 (the f16 read path
-  // widens scalar-wise today and would slow prefill several times: README "The KV cache's dtype").
-  if (requested.empty()) return stored == DType::BF16 ? kernels::KvDtype::BF16 : kernels::KvDtype::F32;
+  // Checkpoints stored in 16 bits or fewer keep K/V in float16 (llama.cpp's default; ten more
+  // mantissa bits than bf16 where transformers would keep bf16); float32 checkpoints keep float32,
+  // so the oracle paths stay exact.
+  if (requested.empty()) return stored == DType::F32 ? kernels::KvDtype::F32 : kernels::KvDtype::F16;
   try {
     return kernels::parse_kv_dtype(requested);
   } catch (const std::invalid_argument& e) {

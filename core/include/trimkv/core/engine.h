@@ -58,8 +58,8 @@ struct EngineOptions {
   // How the weight matrices are held (text_model.h ModelLoadOptions): "" = the checkpoint's own
   // bf16/f16, else f32; or f32, bf16, f16, q8, q4.
   std::string weights;
-  // How the KV cache stores K and V (ModelLoadOptions): "" = bf16 for bf16 checkpoints, else
-  // f32; or f32, bf16, f16.
+  // How the KV cache stores K and V (ModelLoadOptions): "" = f16 for checkpoints stored in 16
+  // bits or fewer, else f32; or f32, bf16, f16.
   std::string kv_dtype;
   // Vision-language checkpoints: image resolution in pixels on a side (ModelLoadOptions); 0 = the
   // processor's own.

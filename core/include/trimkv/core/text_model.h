@@ -37,8 +37,8 @@ struct ModelLoadOptions {
   ModelLoadOptions(std::string weights_ = {}, std::string kv_dtype_ = {}, int image_size_ = 0)  // NOLINT: {"q8"}
       : weights(std::move(weights_)), kv_dtype(std::move(kv_dtype_)), image_size(image_size_) {}
   std::string weights;
-  // How the KV cache stores K and V: "" = bf16 for bf16 checkpoints (as transformers keeps it),
-  // f32 otherwise; or f32, bf16, f16.
+  // How the KV cache stores K and V: "" = f16 for checkpoints stored in 16 bits or fewer
+  // (bf16, f16, quantised GGUF), f32 for f32 ones; or f32, bf16, f16.
   std::string kv_dtype;
   // Vision-language checkpoints: the image resolution, in pixels on a side; 0 = the processor's
   // own. SmolVLM / Idefics3: the longest edge images are resized to (then cut into tiles of the
