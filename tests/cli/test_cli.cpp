@@ -112,7 +112,7 @@ TEST_CASE("--kv-dtype sets the cache's storage, shown by info; GGUF files open l
   const auto g = info({}, gguf);
   CHECK(g["dtype"] == "Q8_0");
   CHECK(g["weights_held"] == "q8");
-  CHECK(g["kv_dtype"] == "f32");
+  CHECK(g["kv_dtype"] == "f16");  // quantised files keep K/V in f16, as llama.cpp does
   const trimkv::test::CliRun t = run_cli({"tokenize", "--model", gguf, "--text", "Hello world"});
   REQUIRE(t.code == 0);
   const trimkv::test::CliRun t2 = run_cli({"tokenize", "--model", kModel, "--text", "Hello world"});

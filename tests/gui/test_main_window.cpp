@@ -1700,23 +1700,23 @@ class MainWindowTest : public QObject {
     for (const ModelChoice& c : listModelChoices())
       if (c.source == ModelChoice::Source::Recent && c.dir == file) listed = c.problem.isEmpty() ? c.family : c.problem;
     QCOMPARE(listed, QStringLiteral("llama"));
-    // File > KV cache precision > f16 reloads it with a float16 cache (this q8_0 file's default:
-    // f32); the MiB unit of the budget follows the bytes per entry.
-    QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f32"));
-    const int64_t f32Bytes = w.model().info.kv_bytes_per_token;
-    auto* kv16 = w.findChild<QAction*>(QStringLiteral("kv_f16"));
-    QVERIFY(kv16);
-    kv16->trigger();
+    // File > KV cache precision > f32 reloads it with a float32 cache (this q8_0 file's default:
+    // f16, as llama.cpp keeps it); the MiB unit of the budget follows the bytes per entry.
+    QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f16"));
+    const int64_t f16Bytes = w.model().info.kv_bytes_per_token;
+    auto* kv32 = w.findChild<QAction*>(QStringLiteral("kv_f32"));
+    QVERIFY(kv32);
+    kv32->trigger();
     QVERIFY(loaded.wait(kLoadTimeoutMs));
     for (QMessageBox* box : w.findChildren<QMessageBox*>()) box->accept();
-    QCOMPARE(w.kvDtype(), QStringLiteral("f16"));
-    QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f16"));
-    QCOMPARE(2 * w.model().info.kv_bytes_per_token, f32Bytes);
+    QCOMPARE(w.kvDtype(), QStringLiteral("f32"));
+    QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f32"));
+    QCOMPARE(w.model().info.kv_bytes_per_token, 2 * f16Bytes);
     auto* label = w.findChild<QLabel*>(QStringLiteral("modelLabel"));
-    QVERIFY2(label->text().contains(QStringLiteral("KV f16")), qPrintable(label->text()));
+    QVERIFY2(label->text().contains(QStringLiteral("KV f32")), qPrintable(label->text()));
     w.findChild<QAction*>(QStringLiteral("kv_own"))->trigger();
     QVERIFY(loaded.wait(kLoadTimeoutMs));
-    QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f32"));
+    QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f16"));
   }
 
   void attachedImagesShowTheirTokensAndTheImageResolutionMenuChangesThem() {
