@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "trimkv/kernels/linear.h"
 #include "trimkv/kernels/weight_format.h"
@@ -79,6 +80,26 @@ int main(int argc, char** argv) {
       std::printf(" %.3f |", ms);
     }
     std::printf(" %.1f |\n", s.out * s.in * 18.0 / 32.0 / (q4_ms * 1e6));
+  }
+  // A whole decode step's matrices as the model reads them: 30 SmolLM2-135M layers (q/k/v, o,
+  // gate/up, down) and the lm_head, each read once per step, so none stays in the caches (the
+  // table above repeats one matrix; its small shapes run from L2).
+  std::printf("\ndecode step of SmolLM2-135M's matrices, each read once per step (%s kernels)\n\n"
+              "| format | MB per step | ms per step | GB/s |\n|---|---:|---:|---:|\n",
+              trimkv::kernels::lowp_kernel_isa());
+  for (auto f : {trimkv::kernels::WeightFormat::BF16, trimkv::kernels::WeightFormat::Q8_0,
+                 trimkv::kernels::WeightFormat::Q4_0}) {
+    std::vector<at::Tensor> mats;
+    for (int l = 0; l < 30; ++l)
+      for (int k = 0; k < 4; ++k) mats.push_back(trimkv::kernels::pack_weight(at::randn({shapes[k].out, shapes[k].in}) * 0.05, f));
+    mats.push_back(trimkv::kernels::pack_weight(at::randn({shapes[4].out, shapes[4].in}) * 0.05, f));
+    double bytes = 0;
+    for (const auto& m : mats) bytes += static_cast<double>(m.numel()) * m.element_size();
+    const at::Tensor x576 = at::randn({1, 576}), x1536 = at::randn({1, 1536});
+    const double ms = best_ms([&] {
+      for (size_t i = 0; i < mats.size(); ++i) trimkv::kernels::linear_rows(i % 4 == 3 && i + 1 < mats.size() ? x1536 : x576, mats[i]);
+    }, 20);
+    std::printf("| %s | %.1f | %.3f | %.1f |\n", trimkv::kernels::weight_format_name(f), bytes / 1e6, ms, bytes / (ms * 1e6));
   }
   std::printf("\nprefill GEMM (oneDNN used: %s)\n\n| shape | rows | at::linear ms | linear_gemm ms | GFLOP/s (ours) | speed-up |\n"
               "|---|---:|---:|---:|---:|---:|\n", trimkv::kernels::have_fast_gemm() ? "yes" : "no");

@@ -83,7 +83,7 @@ TEST_CASE("Weight formats: refused shapes and tensors", "[kernels][lowp]") {
 TEST_CASE("Low-precision GEMV: every format and instruction set against float64", "[kernels][lowp]") {
   at::manual_seed(2);
   // Widths with tails past the vector loops (in % 32 != 0 for the float formats).
-  for (int64_t in : {32, 96, 1056, 1000}) {
+  for (int64_t in : {32, 64, 96, 1056, 1000}) {
     for (WeightFormat f : kLowp) {
       if (!format_fits(f, in)) continue;
       const at::Tensor w = pack_weight(at::randn({67, in}) * 0.1, f);
