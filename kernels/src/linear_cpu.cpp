@@ -74,17 +74,21 @@ at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   check_operands(x, w, b);
   at::Tensor xc = x.stride(1) == 1 ? x : x.contiguous();
   at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
-  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  const WeightFormat f = format_of(w);
-  if (f == WeightFormat::F32) {
-    linear_rows_cpu(xc.data_ptr<float>(), xc.stride(0), w.data_ptr<float>(), bp, y.data_ptr<float>(), y.stride(0),
-                    x.size(0), x.size(1), w.size(0));
-  } else {
-    gemv_rows_lowp(f, xc.data_ptr<float>(), xc.stride(0), static_cast<const uint8_t*>(w.data_ptr()),
-                   weight_bytes(w) / std::max<int64_t>(1, w.size(0)), bp, y.data_ptr<float>(), y.stride(0),
-                   x.size(0), x.size(1), w.size(0));
-  }
+  linear_rows_into(w, xc.data_ptr<float>(), xc.stride(0), b.defined() ? b.data_ptr<float>() : nullptr,
+                   y.data_ptr<float>(), y.stride(0), x.size(0));
   return y;
+}
+
+void linear_rows_into(const at::Tensor& w, const float* x, int64_t x_stride, const float* b, float* y,
+                      int64_t y_stride, int64_t n) {
+  const WeightFormat f = format_of(w);
+  const int64_t in = weight_cols(w), out = w.size(0);
+  if (f == WeightFormat::F32) {
+    linear_rows_cpu(x, x_stride, w.data_ptr<float>(), b, y, y_stride, n, in, out);
+  } else {
+    gemv_rows_lowp(f, x, x_stride, static_cast<const uint8_t*>(w.data_ptr()), weight_bytes(w) / std::max<int64_t>(1, out),
+                   b, y, y_stride, n, in, out);
+  }
 }
 
 const char* lowp_kernel_isa() { return gemv_isa_name(); }

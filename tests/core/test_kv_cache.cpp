@@ -117,6 +117,28 @@ TEST_CASE("KvCache::append stores each head's K/V rows in append order from stri
   CHECK(cache.length(0, 0) == 0);
 }
 
+TEST_CASE("KvCache: rows written from memory equal rows converted by ATen, for every pool dtype",
+          "[cache]") {
+  // append() takes heads-contiguous float32 rows straight to append_rows() (the decode step's
+  // path) and anything else through Tensor::to + index_copy_; both must store the same bits.
+  at::manual_seed(4);
+  const KvGeometry g{2, 3, 8, 4};
+  for (at::ScalarType st : {at::kFloat, at::kBFloat16, at::kHalf}) {
+    CAPTURE(st);
+    KvCache rows(g, at::TensorOptions().dtype(st));
+    KvCache converted(g, at::TensorOptions().dtype(st));
+    const at::Tensor k = at::randn({5, 3, 8}) * 3, v = at::randn({5, 3, 8}) * 3;
+    rows.append(0, k, v, iota_tokens(0, 5));
+    // The same values as a float64 tensor and a transposed view take the ATen path.
+    converted.append(0, k.to(at::kDouble), v.transpose(0, 1).contiguous().transpose(0, 1), iota_tokens(0, 5));
+    for (int h = 0; h < g.n_kv_head; ++h) {
+      CHECK(at::equal(rows.keys(0, h), converted.keys(0, h)));
+      CHECK(at::equal(rows.values(0, h), converted.values(0, h)));
+      CHECK(at::equal(rows.keys(0, h), k.select(1, h).to(st).to(at::kFloat)));
+    }
+  }
+}
+
 TEST_CASE("KvCache grows its pools without losing stored rows", "[cache]") {
   at::manual_seed(2);
   const KvGeometry g{3, 2, 16, 2};

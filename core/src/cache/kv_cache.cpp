@@ -1,6 +1,8 @@
 #include "trimkv/core/kv_cache.h"
 
 #include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #include <cstring>
 
@@ -69,6 +71,13 @@ void KvCache::append(int il, const at::Tensor& k, const at::Tensor& v,
                "KvCache::append: k/v on ", k.device(), "/", v.device(), " but the cache is on ",
                m_k.device());
 
+  const bool cpu_rows = m_k.device().is_cpu() && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
+                        k.stride(2) == 1 && v.stride(2) == 1 && k.stride(1) == g.head_dim &&
+                        v.stride(1) == g.head_dim && k.stride(0) == v.stride(0);
+  if (cpu_rows && n_new > 0) {
+    append_rows(il, k.data_ptr<float>(), v.data_ptr<float>(), k.stride(0), token_indices, log_beta);
+    return;
+  }
   const std::vector<int32_t> slots =
       m_book.append(il, token_indices, log_beta);  // [n_new, n_kv_head]
   grow_storage();
@@ -79,6 +88,50 @@ void KvCache::append(int il, const at::Tensor& k, const at::Tensor& v,
       .index_copy_(0, index, k.to(m_k.scalar_type()).reshape({-1, g.head_dim}));
   m_v.view({-1, g.head_dim})
       .index_copy_(0, index, v.to(m_v.scalar_type()).reshape({-1, g.head_dim}));
+}
+
+namespace {
+
+// n float32 values stored as the pool's dtype (rounded to nearest even, as Tensor::to rounds).
+void store_row(const float* src, at::ScalarType dtype, int64_t n, void* dst) {
+  switch (dtype) {
+    case at::kFloat: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); break;
+    case at::kBFloat16: {
+      auto* d = static_cast<c10::BFloat16*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = c10::BFloat16(src[i]);
+      break;
+    }
+    case at::kHalf: {
+      auto* d = static_cast<c10::Half*>(dst);
+      for (int64_t i = 0; i < n; ++i) d[i] = c10::Half(src[i]);
+      break;
+    }
+    default: TRIMKV_FAIL(Shape, "KvCache: pools of dtype ", dtype, " hold no float rows");
+  }
+}
+
+}  // namespace
+
+void KvCache::append_rows(int il, const float* k, const float* v, int64_t token_stride,
+                          const std::vector<int32_t>& token_indices, const std::vector<float>& log_beta) {
+  TRIMKV_CHECK(m_k.device().is_cpu(), Shape, "KvCache::append_rows: the pools are on ", m_k.device());
+  const KvGeometry& g = geometry();
+  const std::vector<int32_t> slots = m_book.append(il, token_indices, log_beta);  // [n_new, n_kv_head]
+  grow_storage();
+  refresh_views();
+  const int64_t d = g.head_dim;
+  const at::ScalarType dtype = m_k.scalar_type();
+  const size_t row_bytes = static_cast<size_t>(d) * m_k.element_size();
+  auto* kb = static_cast<uint8_t*>(m_k.data_ptr());
+  auto* vb = static_cast<uint8_t*>(m_v.data_ptr());
+  for (size_t i = 0; i < token_indices.size(); ++i) {
+    for (int h = 0; h < g.n_kv_head; ++h) {
+      const size_t slot = static_cast<size_t>(slots[i * g.n_kv_head + h]);
+      const int64_t src = static_cast<int64_t>(i) * token_stride + h * d;
+      store_row(k + src, dtype, d, kb + slot * row_bytes);
+      store_row(v + src, dtype, d, vb + slot * row_bytes);
+    }
+  }
 }
 
 ApplyResult KvCache::apply(const EvictionPlan& plan) {

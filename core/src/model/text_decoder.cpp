@@ -144,6 +144,7 @@ std::shared_ptr<TextDecoder> TextDecoder::load(const TextConfig& cfg, const Text
 TextDecoder::TextDecoder(TextConfig cfg, const TextFamily& family, DecoderWeights weights)
     : m_cfg(std::move(cfg)), m_family(&family), m_w(std::move(weights)) {
   TRIMKV_ASSERT(static_cast<int64_t>(m_w.layers.size()) == m_cfg.n_layer);
+  m_raw_rows = rows_are_raw();
 }
 
 namespace {
@@ -237,6 +238,9 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
                                        AttentionObserver* observer, const LayerInjection& inject) const {
   const int64_t n = x_in.size(0);
   TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(-1) == n);
+  if (n == 1 && inject.empty() && m_raw_rows && fused_decode() && cache.k_pool().device().is_cpu() &&
+      x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat && !x_in.requires_grad())
+    return decode_one(x_in, positions, token_indices, cache, scorer, observer);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
   return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
                                          const at::Tensor& k, const at::Tensor& v) {

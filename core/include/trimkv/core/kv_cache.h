@@ -36,6 +36,10 @@ class KvCache {
   void append(int il, const at::Tensor& k /* [n_new, n_kv_head, head_dim] */,
               const at::Tensor& v /* [n_new, n_kv_head, head_dim] */,
               const std::vector<int32_t>& token_indices, const std::vector<float>& log_beta = {});
+  // The same for float32 rows in memory, CPU pools only (a decode step's own buffers): token i,
+  // KV head h's row at k + i * token_stride + h * head_dim (v likewise).
+  void append_rows(int il, const float* k, const float* v, int64_t token_stride,
+                   const std::vector<int32_t>& token_indices, const std::vector<float>& log_beta = {});
   // Keeps exactly the entries the plan lists (validated first; nothing changes on error),
   // compacting K/V rows to the front of each head and returning the freed tail blocks to the
   // pool. The pool tensors keep their capacity; freed blocks are reused by later appends.

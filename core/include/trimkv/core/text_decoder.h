@@ -119,7 +119,19 @@ class TextDecoder {
 
   at::Tensor logits(const at::Tensor& hidden /* [n, d] */) const;  // -> [n, vocab]
 
+  // Whether forward_cached runs one-token CPU steps through decode_one (default: yes). Off, every
+  // step takes the ATen path; for tests and benchmarks that compare the two.
+  static void set_fused_decode(bool on);
+  static bool fused_decode();
+
  private:
+  // forward_cached for one token on the CPU without an ATen operator between the kernels
+  // (decode_step.cpp): the same steps on the model's raw rows, sums rounded in another order.
+  at::Tensor decode_one(const at::Tensor& x, const at::Tensor& positions, const std::vector<int32_t>& token_indices,
+                        KvCache& cache, const EntryScorer* scorer, AttentionObserver* observer) const;
+  // Whether every vector decode_one reads is float32 and contiguous (set at construction).
+  bool rows_are_raw() const;
+
   // The layer stack shared by both paths; `attend` is the only difference between them:
   // (il, x_norm [n, d], q [n, n_head, hd], k, v [n, n_kv_head, hd]) -> [n, n_head * hd].
   using AttendFn = std::function<at::Tensor(int64_t, const at::Tensor&, const at::Tensor&,
@@ -134,6 +146,7 @@ class TextDecoder {
   TextConfig m_cfg;
   const TextFamily* m_family;
   DecoderWeights m_w;
+  bool m_raw_rows = false;  // rows_are_raw(), computed once
 };
 
 }  // namespace trimkv

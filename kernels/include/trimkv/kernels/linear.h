@@ -25,6 +25,12 @@ constexpr int64_t kSmallBatchRows = 4;
 void linear_rows_cpu(const float* x, int64_t x_stride, const float* w, const float* b, float* y,
                      int64_t y_stride, int64_t n, int64_t in, int64_t out);
 
+// The same product on a caller's own buffers (a decode step's rows): x [n, in] at x_stride, y
+// [n, out] at y_stride, w a contiguous stored matrix in any WeightFormat, b [out] or null. No
+// validation beyond the format, no ATen operator.
+void linear_rows_into(const at::Tensor& w, const float* x, int64_t x_stride, const float* b, float* y,
+                      int64_t y_stride, int64_t n);
+
 // Validating launcher: x [n, in] float32 CPU (unit stride in the last axis), w a contiguous
 // stored matrix of `in` columns (any WeightFormat), b [out] float32 or undefined. Returns y [n, out].
 at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});

@@ -1,0 +1,84 @@
+// Per-row decoder steps on raw float32 rows (row_ops.h). Compiled for AVX2 + FMA and baseline
+// x86-64 (function multi-versioning, as the attention kernel); `omp simd` lets the sums vectorise.
+#include "trimkv/kernels/row_ops.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace trimkv::kernels {
+
+namespace {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define TRIMKV_ROW_OPS_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define TRIMKV_ROW_OPS_CLONES
+#endif
+
+// exp(x) for any float x, vectorisable: x clamped to [-87.3, 88.7] (beyond, expf over- or
+// underflows), x = n ln2 + r with |r| <= ln2/2, degree-6 polynomial, 2^n through the exponent
+// bits. Relative error < 2e-7.
+inline float exp_vec(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+  const float t = x * kLog2e;
+  const float fn = static_cast<float>(static_cast<int>(t + (t >= 0 ? 0.5f : -0.5f)));  // round to nearest
+  const float r = (x - fn * kLn2Hi) - fn * kLn2Lo;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * r * r + r + 1.0f;
+  // 2^n in two factors so that n in [-126, 128] stays representable in each.
+  const int32_t n = static_cast<int32_t>(fn);
+  const int32_t half = n / 2;
+  const int32_t bits_a = (half + 127) << 23, bits_b = (n - half + 127) << 23;
+  float a, b;
+  std::memcpy(&a, &bits_a, sizeof a);
+  std::memcpy(&b, &bits_b, sizeof b);
+  return y * a * b;
+}
+
+}  // namespace
+
+TRIMKV_ROW_OPS_CLONES void rms_norm_rows(const float* x, const float* w, float eps, int64_t n, int64_t d, float* y) {
+  for (int64_t r = 0; r < n; ++r) {
+    const float* xr = x + r * d;
+    float* yr = y + r * d;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int64_t i = 0; i < d; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(d) + eps);
+#pragma omp simd
+    for (int64_t i = 0; i < d; ++i) yr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+TRIMKV_ROW_OPS_CLONES void rope_rows(float* x, const float* cos, const float* sin, int64_t n_heads, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* xh = x + h * head_dim;
+#pragma omp simd
+    for (int64_t i = 0; i < half; ++i) {
+      const float x1 = xh[i], x2 = xh[i + half];
+      xh[i] = x1 * cos[i] + (-x2) * sin[i];
+      xh[i + half] = x2 * cos[i + half] + x1 * sin[i + half];
+    }
+  }
+}
+
+TRIMKV_ROW_OPS_CLONES void silu_mul(const float* gate, const float* up, int64_t n, float* y) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + exp_vec(-gate[i])) * up[i];
+}
+
+TRIMKV_ROW_OPS_CLONES void add_rows(float* x, const float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace trimkv::kernels
