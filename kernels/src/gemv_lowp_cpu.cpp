@@ -19,6 +19,7 @@
 #include <cmath>
 #include <string>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "gemv_lowp.h"
@@ -154,13 +155,13 @@ float dot_16bit_portable(const float* x, const uint16_t* w, int64_t n, bool bf16
 // (low nibble) and j + 16 (high nibble), so the activations are stored once more per pair in the
 // order of the unpacked nibbles: block 2p's values 0-15, block 2p+1's 0-15, block 2p's 16-31,
 // block 2p+1's 16-31. The nibbles are multiplied as unsigned values (0..15) and q4_0's -8 comes
-// back through `corr`: 8 x the sum of each group of 4 activations in that order (the groups the
-// integer dot instructions sum into one lane).
+// back through `corr`: -8 x the sum of each group of 4 activations in that order (the groups the
+// integer dot instructions sum into one lane), the value each lane's sum starts from.
 struct QuantRow {
   std::vector<int8_t> q;      // [n]
   std::vector<float> d;       // [n / 32]
   std::vector<int8_t> q4p;    // [pairs * 64], q4_0 only
-  std::vector<int32_t> corr;  // [pairs * 16], q4_0 only
+  std::vector<int32_t> corr;  // [pairs * 16], q4_0 only: -8 x each lane's activation sum
 };
 
 void quantize_activations(const float* x, int64_t n, QuantRow& r, bool q4) {
@@ -191,7 +192,7 @@ void quantize_activations(const float* x, int64_t n, QuantRow& r, bool q4) {
     std::memcpy(o + 16, b1, 16);
     std::memcpy(o + 32, b0 + 16, 16);
     std::memcpy(o + 48, b1 + 16, 16);
-    for (int l = 0; l < 16; ++l) r.corr[p * 16 + l] = 8 * (o[4 * l] + o[4 * l + 1] + o[4 * l + 2] + o[4 * l + 3]);
+    for (int l = 0; l < 16; ++l) r.corr[p * 16 + l] = -8 * (o[4 * l] + o[4 * l + 1] + o[4 * l + 2] + o[4 * l + 3]);
   }
 }
 
@@ -248,8 +249,7 @@ inline __m512 pair_term_vnni(const uint8_t* b0, const uint8_t* b1, const QuantRo
     const __m512i nib = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1),
                                          _mm512_set1_epi8(0x0F));
     const __m512i xv = _mm512_loadu_si512(x.q4p.data() + p * 64);
-    ints = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), nib, xv),
-                            _mm512_loadu_si512(x.corr.data() + p * 16));
+    ints = _mm512_dpbusd_epi32(_mm512_loadu_si512(x.corr.data() + p * 16), nib, xv);
   } else {
     const __m512i wv = _mm512_inserti64x4(
         _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2))),
@@ -267,22 +267,35 @@ inline __m512 pair_term_vnni(const uint8_t* b0, const uint8_t* b1, const QuantRo
 // step at ~8 GB/s here, 2 KiB ahead made it ~11 (bench_kernels' decode-step table).
 constexpr int kPrefetchBytes = 2048;
 
+// acc + pair p's scales x its integer lanes (AVX-512).
+template <bool Q4>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
+inline __m512 pair_fma_vnni(const uint8_t* w, const QuantRow& x, int64_t p, __m512i lane_block, __m512 acc) {
+  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
+  const uint8_t* b0 = w + 2 * p * bb;
+  _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
+  const __m512 scale =
+      _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(pair_scales(b0, b0 + bb, x.d.data() + 2 * p)));
+  return _mm512_fmadd_ps(scale, pair_term_vnni<Q4>(b0, b0 + bb, x, p), acc);
+}
+
 template <bool Q4>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 float dot_q_vnni(const uint8_t* w, const QuantRow& x, int64_t nb) {
   constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
   const __m512i lane_block = Q4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
                                 : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  // Even pairs accumulate into acc0, odd ones into acc1 (two chains; named registers, not an
+  // array indexed by p & 1, which GCC kept in memory).
+  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
   const int64_t pairs = nb / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
-    const uint8_t* b0 = w + 2 * p * bb;
-    _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
-    const __m512 scale =
-        _mm512_permutexvar_ps(lane_block, _mm512_castps128_ps512(pair_scales(b0, b0 + bb, x.d.data() + 2 * p)));
-    acc[p & 1] = _mm512_fmadd_ps(scale, pair_term_vnni<Q4>(b0, b0 + bb, x, p), acc[p & 1]);
+  int64_t p = 0;
+  for (; p + 2 <= pairs; p += 2) {
+    acc0 = pair_fma_vnni<Q4>(w, x, p, lane_block, acc0);
+    acc1 = pair_fma_vnni<Q4>(w, x, p + 1, lane_block, acc1);
   }
-  const __m512 sum = _mm512_add_ps(acc[0], acc[1]);
+  if (p < pairs) acc0 = pair_fma_vnni<Q4>(w, x, p, lane_block, acc0);
+  const __m512 sum = _mm512_add_ps(acc0, acc1);
   __m256 v = _mm256_add_ps(_mm512_castps512_ps256(sum),
                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
   if (nb % 2) {
@@ -293,47 +306,59 @@ float dot_q_vnni(const uint8_t* w, const QuantRow& x, int64_t nb) {
   return hsum256(v);
 }
 
+// lo, hi + pair p's scales x its integer lanes (AVX2; the two halves of pair_fma_vnni's).
+template <bool Q4>
+__attribute__((target("avx2,fma,f16c")))
+inline void pair_fma_avx2(const uint8_t* w, const QuantRow& x, int64_t p, __m256i lo_block, __m256i hi_block,
+                          __m256& lo, __m256& hi) {
+  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const uint8_t* b0 = w + 2 * p * bb;
+  const uint8_t* b1 = b0 + bb;
+  _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
+  __m256i ilo, ihi;
+  if constexpr (Q4) {
+    const __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 2)), 1);
+    const __m256i mask = _mm256_set1_epi8(0x0F);
+    const __m256i* xp = reinterpret_cast<const __m256i*>(x.q4p.data() + p * 64);
+    const __m256i* cp = reinterpret_cast<const __m256i*>(x.corr.data() + p * 16);
+    ilo = _mm256_add_epi32(
+        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(t, mask), _mm256_loadu_si256(xp)), ones),
+        _mm256_loadu_si256(cp));
+    ihi = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(t, 4), mask),
+                                                                  _mm256_loadu_si256(xp + 1)),
+                                             ones),
+                           _mm256_loadu_si256(cp + 1));
+  } else {
+    const int8_t* xq = x.q.data() + p * 64;
+    ilo = block_dot_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
+    ihi = block_dot_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)),
+                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32)));
+  }
+  const __m256 s = _mm256_castps128_ps256(pair_scales(b0, b1, x.d.data() + 2 * p));
+  lo = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, lo_block), _mm256_cvtepi32_ps(ilo), lo);
+  hi = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, hi_block), _mm256_cvtepi32_ps(ihi), hi);
+}
+
 template <bool Q4>
 __attribute__((target("avx2,fma,f16c")))
 float dot_q_avx2(const uint8_t* w, const QuantRow& x, int64_t nb) {
   constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
   const __m256i lo_block = Q4 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_set1_epi32(0);
   const __m256i hi_block = Q4 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_set1_epi32(1);
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 lo[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  __m256 hi[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  // Even pairs into lo0/hi0, odd ones into lo1/hi1: the lanes of dot_q_vnni's acc0 and acc1.
+  __m256 lo0 = _mm256_setzero_ps(), hi0 = _mm256_setzero_ps(), lo1 = _mm256_setzero_ps(), hi1 = _mm256_setzero_ps();
   const int64_t pairs = nb / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
-    const uint8_t* b0 = w + 2 * p * bb;
-    const uint8_t* b1 = b0 + bb;
-    _mm_prefetch(reinterpret_cast<const char*>(b0) + kPrefetchBytes, _MM_HINT_T0);
-    __m256i ilo, ihi;
-    if constexpr (Q4) {
-      const __m256i t = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + 2))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + 2)), 1);
-      const __m256i mask = _mm256_set1_epi8(0x0F);
-      const __m256i* xp = reinterpret_cast<const __m256i*>(x.q4p.data() + p * 64);
-      const __m256i* cp = reinterpret_cast<const __m256i*>(x.corr.data() + p * 16);
-      ilo = _mm256_sub_epi32(
-          _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(t, mask), _mm256_loadu_si256(xp)), ones),
-          _mm256_loadu_si256(cp));
-      ihi = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(t, 4), mask),
-                                                                    _mm256_loadu_si256(xp + 1)),
-                                               ones),
-                             _mm256_loadu_si256(cp + 1));
-    } else {
-      const int8_t* xq = x.q.data() + p * 64;
-      ilo = block_dot_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)),
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq)));
-      ihi = block_dot_avx2(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)),
-                           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32)));
-    }
-    const __m256 s = _mm256_castps128_ps256(pair_scales(b0, b1, x.d.data() + 2 * p));
-    lo[p & 1] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, lo_block), _mm256_cvtepi32_ps(ilo), lo[p & 1]);
-    hi[p & 1] = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(s, hi_block), _mm256_cvtepi32_ps(ihi), hi[p & 1]);
+  int64_t p = 0;
+  for (; p + 2 <= pairs; p += 2) {
+    pair_fma_avx2<Q4>(w, x, p, lo_block, hi_block, lo0, hi0);
+    pair_fma_avx2<Q4>(w, x, p + 1, lo_block, hi_block, lo1, hi1);
   }
-  __m256 v = _mm256_add_ps(_mm256_add_ps(lo[0], lo[1]), _mm256_add_ps(hi[0], hi[1]));
+  if (p < pairs) pair_fma_avx2<Q4>(w, x, p, lo_block, hi_block, lo0, hi0);
+  __m256 v = _mm256_add_ps(_mm256_add_ps(lo0, lo1), _mm256_add_ps(hi0, hi1));
   if (nb % 2) {
     const uint8_t* blk = w + (nb - 1) * bb;
     v = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[nb - 1]),
