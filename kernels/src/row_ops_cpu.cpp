@@ -3,6 +3,7 @@
 #include "trimkv/kernels/row_ops.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace trimkv::kernels {
@@ -15,16 +16,18 @@ namespace {
 #define TRIMKV_ROW_OPS_CLONES
 #endif
 
-// exp(x) for any float x, vectorisable: x clamped to [-87.3, 88.7] (beyond, expf over- or
-// underflows), x = n ln2 + r with |r| <= ln2/2, degree-6 polynomial, 2^n through the exponent
-// bits. Relative error < 2e-7.
+// exp(x) for any float x, vectorisable (libm's expf is not, without -ffast-math): x clamped to
+// [-87.3, 88.3] (e^x stays a normal float; beyond, the SiLU below has its limits 0 and x),
+// x = n ln2 + r with |r| <= ln2/2, degree-6 polynomial, 2^n through the exponent bits.
+// Relative error < 2e-7.
 inline float exp_vec(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f;
   constexpr float kLn2Lo = -2.12194440e-4f;
-  x = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-  const float t = x * kLog2e;
-  const float fn = static_cast<float>(static_cast<int>(t + (t >= 0 ? 0.5f : -0.5f)));  // round to nearest
+  x = x < -87.3f ? -87.3f : x;
+  x = x > 88.3f ? 88.3f : x;
+  // Round to nearest by truncating a positive number (t >= -126): no branch, so the loop vectorises.
+  const float fn = static_cast<float>(static_cast<int32_t>(x * kLog2e + 128.5f) - 128);  // n in [-126, 127]
   const float r = (x - fn * kLn2Hi) - fn * kLn2Lo;
   float y = 1.9875691500e-4f;
   y = y * r + 1.3981999507e-3f;
@@ -33,14 +36,10 @@ inline float exp_vec(float x) {
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * r * r + r + 1.0f;
-  // 2^n in two factors so that n in [-126, 128] stays representable in each.
-  const int32_t n = static_cast<int32_t>(fn);
-  const int32_t half = n / 2;
-  const int32_t bits_a = (half + 127) << 23, bits_b = (n - half + 127) << 23;
-  float a, b;
-  std::memcpy(&a, &bits_a, sizeof a);
-  std::memcpy(&b, &bits_b, sizeof b);
-  return y * a * b;
+  const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return y * scale;
 }
 
 }  // namespace
