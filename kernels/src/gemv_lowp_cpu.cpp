@@ -88,6 +88,11 @@ inline float bf16_to_float(uint16_t v) {
 
 // ---- float formats -----------------------------------------------------------------------
 
+// Software prefetch distance of the GEMV kernels: a decode step reads ~120 matrices of
+// 0.2-1 MB once each, rows split between threads; the hardware prefetcher alone left the q4_0
+// step at ~8 GB/s here, 2 KiB ahead made it ~11 (bench_kernels' decode-step table).
+constexpr int kPrefetchBytes = 2048;
+
 inline float widen16(uint16_t v, bool bf16) { return bf16 ? bf16_to_float(v) : half_to_float(v); }
 
 __attribute__((target("avx2,fma,f16c")))
@@ -120,6 +125,7 @@ float dot16_avx512(const float* x, const uint16_t* w, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchBytes, _MM_HINT_T0);
     a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), widen16_avx512<BF16>(w + i), a0);
     a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), widen16_avx512<BF16>(w + i + 16), a1);
   }
@@ -134,6 +140,7 @@ float dot16_avx2(const float* x, const uint16_t* w, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if (i % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(w + i) + kPrefetchBytes, _MM_HINT_T0);
     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), widen8_avx2<BF16>(w + i), a0);
     a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), widen8_avx2<BF16>(w + i + 8), a1);
   }
@@ -262,10 +269,6 @@ inline __m512 pair_term_vnni(const uint8_t* b0, const uint8_t* b1, const QuantRo
   return _mm512_cvtepi32_ps(ints);
 }
 
-// Software prefetch distance of the quantised kernels: a decode step reads ~120 matrices of
-// 0.2-1 MB once each, rows split between threads; the hardware prefetcher alone left the q4_0
-// step at ~8 GB/s here, 2 KiB ahead made it ~11 (bench_kernels' decode-step table).
-constexpr int kPrefetchBytes = 2048;
 
 // acc + pair p's scales x its integer lanes (AVX-512).
 template <bool Q4>
