@@ -21,8 +21,15 @@ void tune_cpu_runtime(char** argv) {
   // OpenMP's default is to spin while waiting for work. With as many threads as cores, a spinning
   // worker takes the core the main thread needs for its serial parts (data, autograd
   // bookkeeping): a training run went from 1.3 to 0.65 s per step with passive waiting.
+  // Waiting passively from the first moment costs a decode step instead: it opens ~150 short
+  // parallel regions (each GEMV, each layer's attention) with microseconds of serial work between
+  // them, and waking a sleeping worker for each took longer than the work (SmolLM2-135M q4_0:
+  // 37-82 tok/s passive, 108-118 spinning). So workers spin a short while first (libgomp's
+  // GOMP_SPINCOUNT overrides the policy's spin count: 10^4 pauses, ~0.1-0.5 ms) and then sleep,
+  // which keeps a training run's long serial stretches free of a spinning worker.
   if (!std::getenv("OMP_WAIT_POLICY")) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    if (!std::getenv("GOMP_SPINCOUNT")) setenv("GOMP_SPINCOUNT", "10000", 1);
     changed = true;
   }
   if (!std::getenv("OPENBLAS_CORETYPE")) {
