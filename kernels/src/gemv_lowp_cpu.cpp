@@ -232,6 +232,19 @@ inline __m256 block_term_avx2(const uint8_t* blk, const int8_t* xq) {
   return _mm256_cvtepi32_ps(block_dot_avx2(wl, xl));
 }
 
+// The 8 lanes both kernels reduce to, plus the odd block after the pairs, summed.
+template <bool Q4>
+__attribute__((target("avx2,fma,f16c")))
+inline float finish_dot(const uint8_t* w, const QuantRow& x, int64_t nb, __m256 v) {
+  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
+  if (nb % 2) {
+    const uint8_t* blk = w + (nb - 1) * bb;
+    v = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[nb - 1]),
+                        block_term_avx2<Q4>(blk, x.q.data() + (nb - 1) * kQuantBlock), v);
+  }
+  return hsum256(v);
+}
+
 // d_w * d_x of blocks 2p and 2p+1 in lanes 0 and 1.
 __attribute__((target("avx2,fma,f16c")))
 inline __m128 pair_scales(const uint8_t* b0, const uint8_t* b1, const float* dx) {
@@ -285,7 +298,6 @@ inline __m512 pair_fma_vnni(const uint8_t* w, const QuantRow& x, int64_t p, __m5
 template <bool Q4>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma,f16c")))
 float dot_q_vnni(const uint8_t* w, const QuantRow& x, int64_t nb) {
-  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
   const __m512i lane_block = Q4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
                                 : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   // Even pairs accumulate into acc0, odd ones into acc1 (two chains; named registers, not an
@@ -301,12 +313,7 @@ float dot_q_vnni(const uint8_t* w, const QuantRow& x, int64_t nb) {
   const __m512 sum = _mm512_add_ps(acc0, acc1);
   __m256 v = _mm256_add_ps(_mm512_castps512_ps256(sum),
                            _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum), 1)));
-  if (nb % 2) {
-    const uint8_t* blk = w + (nb - 1) * bb;
-    v = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[nb - 1]),
-                        block_term_avx2<Q4>(blk, x.q.data() + (nb - 1) * kQuantBlock), v);
-  }
-  return hsum256(v);
+  return finish_dot<Q4>(w, x, nb, v);
 }
 
 // lo, hi + pair p's scales x its integer lanes (AVX2; the two halves of pair_fma_vnni's).
@@ -349,7 +356,6 @@ inline void pair_fma_avx2(const uint8_t* w, const QuantRow& x, int64_t p, __m256
 template <bool Q4>
 __attribute__((target("avx2,fma,f16c")))
 float dot_q_avx2(const uint8_t* w, const QuantRow& x, int64_t nb) {
-  constexpr int64_t bb = Q4 ? kQ4BlockBytes : kQ8BlockBytes;
   const __m256i lo_block = Q4 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_set1_epi32(0);
   const __m256i hi_block = Q4 ? _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1) : _mm256_set1_epi32(1);
   // Even pairs into lo0/hi0, odd ones into lo1/hi1: the lanes of dot_q_vnni's acc0 and acc1.
@@ -362,12 +368,7 @@ float dot_q_avx2(const uint8_t* w, const QuantRow& x, int64_t nb) {
   }
   if (p < pairs) pair_fma_avx2<Q4>(w, x, p, lo_block, hi_block, lo0, hi0);
   __m256 v = _mm256_add_ps(_mm256_add_ps(lo0, lo1), _mm256_add_ps(hi0, hi1));
-  if (nb % 2) {
-    const uint8_t* blk = w + (nb - 1) * bb;
-    v = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(load_u16(blk)) * x.d[nb - 1]),
-                        block_term_avx2<Q4>(blk, x.q.data() + (nb - 1) * kQuantBlock), v);
-  }
-  return hsum256(v);
+  return finish_dot<Q4>(w, x, nb, v);
 }
 
 template <bool Q4>

@@ -8,6 +8,7 @@
 // reduced afterwards, so no two threads write one value.
 #include "trimkv/kernels/paged_attention.h"
 
+#include "exp_poly.h"
 #include "gemv_lowp.h"
 
 #include <ATen/ATen.h>
@@ -88,24 +89,10 @@ inline void axpy4(float* acc, const float* w, const float* rows, int n) {
 // degree-6 polynomial, 2^n through the exponent bits. Relative error < 2e-7 on [-87, 0];
 // underflows to exactly 0 below -87 (e^-87 < 2^-125: negligible against the max term, 1).
 inline float exp_nonpositive(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
   const bool underflow = x < -87.0f;
   x = underflow ? -87.0f : x;
   const float fn = static_cast<float>(static_cast<int>(x * kLog2e - 0.5f));  // round, x <= 0
-  const float r = (x - fn * kLn2Hi) - fn * kLn2Lo;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;  // 2^n, n in [-126, 0]
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return underflow ? 0.0f : y * scale;
+  return underflow ? 0.0f : exp_split(x, fn);                                // n in [-126, 0]
 }
 
 // Multiply-adds below which splitting a chunk across threads costs more than it gains.

@@ -2,6 +2,8 @@
 // x86-64 (function multi-versioning, as the attention kernel); `omp simd` lets the sums vectorise.
 #include "trimkv/kernels/row_ops.h"
 
+#include "exp_poly.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,30 +18,14 @@ namespace {
 #define TRIMKV_ROW_OPS_CLONES
 #endif
 
-// exp(x) for any float x, vectorisable (libm's expf is not, without -ffast-math): x clamped to
-// [-87.3, 88.3] (e^x stays a normal float; beyond, the SiLU below has its limits 0 and x),
-// x = n ln2 + r with |r| <= ln2/2, degree-6 polynomial, 2^n through the exponent bits.
-// Relative error < 2e-7.
+// exp(x) for any float x: x clamped to [-87.3, 88.3] (e^x stays a normal float; beyond, the SiLU
+// below has its limits 0 and x), then exp_split.
 inline float exp_vec(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;
-  constexpr float kLn2Lo = -2.12194440e-4f;
   x = x < -87.3f ? -87.3f : x;
   x = x > 88.3f ? 88.3f : x;
   // Round to nearest by truncating a positive number (t >= -126): no branch, so the loop vectorises.
   const float fn = static_cast<float>(static_cast<int32_t>(x * kLog2e + 128.5f) - 128);  // n in [-126, 127]
-  const float r = (x - fn * kLn2Hi) - fn * kLn2Lo;
-  float y = 1.9875691500e-4f;
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return y * scale;
+  return exp_split(x, fn);
 }
 
 }  // namespace

@@ -135,11 +135,17 @@ def write_gguf(ckpt: Path, out: Path, s, qtype: str):
         w.add_token_merges([bytes(fields["tokenizer.ggml.merges"].parts[i]).decode("utf-8", "replace")
                             for i in fields["tokenizer.ggml.merges"].data])
     else:
-        w.add_tokenizer_model("llama")
-        w.add_token_list(["<unk>", "<s>", "</s>"] + [f"<0x{i:02X}>" for i in range(256)] +
-                         [f"t{i}" for i in range(s["vocab"] - 259)])
-        w.add_token_scores([0.0] * s["vocab"])
-        w.add_token_types([2, 3, 3] + [6] * 256 + [1] * (s["vocab"] - 259))
+        # Placeholders in a byte-level BPE vocabulary (GPT-2's 256 byte symbols, then names):
+        # the benchmark feeds token ids, so only the shape of the vocabulary matters.
+        byte_syms = [c for c in range(ord("!"), ord("~") + 1)] + [c for c in range(0xA1, 0xAD)] + \
+            [c for c in range(0xAE, 0x100)]
+        extra = [b for b in range(256) if b not in byte_syms]
+        sym = {b: chr(b) for b in byte_syms}
+        sym.update({b: chr(256 + i) for i, b in enumerate(extra)})
+        w.add_tokenizer_model("gpt2")
+        w.add_token_list([sym[b] for b in range(256)] + [f"t{i}" for i in range(s["vocab"] - 256)])
+        w.add_token_types([1] * s["vocab"])
+        w.add_token_merges(["t 0"])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
 
