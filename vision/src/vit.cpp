@@ -38,9 +38,9 @@ at::Tensor vit_activation(const at::Tensor& x, const std::string& act) {
 }
 
 
-void hold_tower_matrix(at::Tensor& w, kernels::WeightFormat format) {
-  if (format == kernels::WeightFormat::F32 || !w.defined()) return;
-  w = kernels::pack_weight(w, kernels::format_fits(format, w.size(1)) ? format : kernels::WeightFormat::BF16);
+at::Tensor hold_tower_matrix(at::Tensor w, kernels::WeightFormat format) {
+  if (format == kernels::WeightFormat::F32 || !w.defined()) return w;
+  return kernels::pack_weight(w, kernels::format_fits(format, w.size(1)) ? format : kernels::WeightFormat::BF16);
 }
 
 void check_vit_activation(const std::string& act, const std::string& where) {
@@ -71,7 +71,7 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
     w.b_fc1 = t[VitTensor::fc1_b];
     w.w_fc2 = t[VitTensor::fc2_w];
     w.b_fc2 = t[VitTensor::fc2_b];
-    for (at::Tensor* m : {&w.w_qkv, &w.w_o, &w.w_fc1, &w.w_fc2}) hold_tower_matrix(*m, format);
+    for (at::Tensor* m : {&w.w_qkv, &w.w_o, &w.w_fc1, &w.w_fc2}) *m = hold_tower_matrix(*m, format);
     layers.push_back(std::move(w));
   }
   return layers;

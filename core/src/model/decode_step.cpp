@@ -56,7 +56,7 @@ at::Tensor TextDecoder::decode_one(const at::Tensor& x_in, const at::Tensor& pos
   const int64_t qkv_width = (nq + 2 * nkv) * hd;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  const RopeTables rope = rope_tables(c.rope, hd, positions);  // [1, hd] each
+  const RopeTables rope = rope_tables(c.rope, m_inv_freq, positions);  // [1, hd] each
   const at::Tensor cos_t = rope.cos.contiguous(), sin_t = rope.sin.contiguous();
   const float* cos = cos_t.data_ptr<float>();
   const float* sin = sin_t.data_ptr<float>();

@@ -40,8 +40,8 @@ at::Tensor rope_inverse_frequencies(const RopeConfig& rope, int64_t head_dim) {
 }
 
 
-RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tensor& positions) {
-  at::Tensor inv_freq = rope_inverse_frequencies(rope, head_dim);  // [hd/2]
+RopeTables rope_tables(const RopeConfig& rope, const at::Tensor& inv_freq, const at::Tensor& positions) {
+  const int64_t head_dim = 2 * inv_freq.size(0);
   at::Tensor freqs;                                           // [n, hd/2]
   if (positions.dim() == 1) {
     freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq.unsqueeze(0);

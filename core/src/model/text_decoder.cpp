@@ -145,6 +145,7 @@ TextDecoder::TextDecoder(TextConfig cfg, const TextFamily& family, DecoderWeight
     : m_cfg(std::move(cfg)), m_family(&family), m_w(std::move(weights)) {
   TRIMKV_ASSERT(static_cast<int64_t>(m_w.layers.size()) == m_cfg.n_layer);
   m_raw_rows = rows_are_raw();
+  m_inv_freq = rope_inverse_frequencies(m_cfg.rope, m_cfg.head_dim);
 }
 
 namespace {
@@ -195,7 +196,7 @@ void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x
 
 at::Tensor TextDecoder::run_layers(const at::Tensor& x_in, const at::Tensor& positions,
                                    const AttendFn& attend, const LayerInjection& inject) const {
-  const RopeTables rope = rope_tables(m_cfg.rope, m_cfg.head_dim, positions);
+  const RopeTables rope = rope_tables(m_cfg.rope, m_inv_freq, positions);
   at::Tensor x = x_in;
   for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
     const auto& lw = m_w.layers[il];

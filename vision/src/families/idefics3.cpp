@@ -355,7 +355,7 @@ std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, 
   w.patch_w = ws.load({root + kPatchW}, {d, v.n_channels, p, p}).reshape({d, v.n_channels * p * p}).contiguous();
   w.patch_b = ws.load({root + kPatchB}, {d});
   w.pos_embed = ws.load({root + kPosEmbed}, {v.patches_per_side() * v.patches_per_side(), d});
-  hold_tower_matrix(w.patch_w, format);
+  w.patch_w = hold_tower_matrix(w.patch_w, format);
   w.layers = load_vit_layers(ws, root + kLayers, kLayerTable, v, format);
   w.post_ln_w = ws.load({root + kPostLnW}, {d});
   w.post_ln_b = ws.load({root + kPostLnB}, {d});
@@ -367,7 +367,7 @@ std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, 
                " (text hidden_size ", cfg.text_hidden_size, " x vision hidden_size ", d,
                " * scale_factor^2 ", s2, "): the vision config contradicts the connector");
   w.proj = ws.load(kConnector, want);
-  hold_tower_matrix(w.proj, format);
+  w.proj = hold_tower_matrix(w.proj, format);
   return std::make_shared<Idefics3Vision>(cfg, std::move(w));
 }
 

@@ -205,10 +205,8 @@ VisionWindows qwen2_5_vl_windows(int64_t grid_h, int64_t grid_w, int64_t merge, 
 std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& cfg, int64_t text_hidden,
                                                        const WeightStore& ws, kernels::WeightFormat format) {
   // Each matrix is packed as it is loaded: the float32 copy of one matrix at most.
-  auto held = [format](at::Tensor w) {
-    hold_tower_matrix(w, format);
-    return w;
-  };
+  auto held = [format](const at::Tensor& w) { return hold_tower_matrix(w, format); };
+
   std::string root;
   for (const auto& r : kRoots)
     if (ws.contains(r + kPatch)) root = r;

@@ -18,15 +18,16 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // differs in a few entries), adjusted per rope type, as transformers' rope init computes it.
 at::Tensor rope_inverse_frequencies(const RopeConfig& rope, int64_t dim);
 
-// Rotary tables for the given positions: cos, sin each [n, head_dim] (the rotate-half layout,
-// halves duplicated). positions: [n] int64, or [3, n] (time, row, column) for a multimodal rope:
+// Rotary tables for the given positions from the rope's inverse frequencies (inv_freq [head_dim /
+// 2], rope_inverse_frequencies: computed once per model, not per forward): cos, sin each [n,
+// head_dim] (the rotate-half layout, halves duplicated). positions: [n] int64, or [3, n] (time, row, column) for a multimodal rope:
 // frequency k then turns by the axis mrope_axes gives it. Angles are float32 products, as
 // transformers computes them.
 struct RopeTables {
   at::Tensor cos;  // [n, head_dim]
   at::Tensor sin;  // [n, head_dim]
 };
-RopeTables rope_tables(const RopeConfig& rope, int64_t head_dim, const at::Tensor& positions);
+RopeTables rope_tables(const RopeConfig& rope, const at::Tensor& inv_freq, const at::Tensor& positions);
 
 // The axis (0 time, 1 row, 2 column) of each of the n_freq rotary frequencies of a multimodal
 // rope: chunked sections (Qwen2-VL, Qwen2.5-VL) or interleaved ones (Qwen3-VL).

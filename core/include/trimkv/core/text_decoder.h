@@ -147,6 +147,7 @@ class TextDecoder {
   const TextFamily* m_family;
   DecoderWeights m_w;
   bool m_raw_rows = false;  // rows_are_raw(), computed once
+  at::Tensor m_inv_freq;    // the rope's inverse frequencies [head_dim / 2], computed once
 };
 
 }  // namespace trimkv

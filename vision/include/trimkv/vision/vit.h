@@ -58,8 +58,8 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
                                              kernels::WeightFormat format = kernels::WeightFormat::F32);
 
 // A tower matrix held in `format` (kernels/weight_format.h) for the inference path, or in bf16
-// where the format cannot hold its width; float32 leaves it as it is (what training needs).
-void hold_tower_matrix(at::Tensor& w, kernels::WeightFormat format);
+// where the format cannot hold its width; float32 returns it as it is (what training needs).
+at::Tensor hold_tower_matrix(at::Tensor w, kernels::WeightFormat format);
 
 // Error{Unsupported} naming `where` for an activation the blocks do not implement.
 void check_vit_activation(const std::string& act, const std::string& where);
