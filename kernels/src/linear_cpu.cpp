@@ -9,7 +9,9 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include "gemm_bf16.h"
 #include "gemv_lowp.h"
 #include "trimkv/kernels/weight_format.h"
 
@@ -126,7 +128,65 @@ void sgemm_into(const at::Tensor& x, const at::Tensor& w, const float* b, float*
 // full speed, small enough to stay in the caches (~1 MiB).
 int64_t panel_rows(int64_t in) { return std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(in, 1)); }
 
+// Where the CPU has AMX (gemm_bf16.h): bf16 matrices are multiplied as they are stored (the
+// activations split in two bf16 parts), q8_0 / q4_0 ones one bf16 panel at a time (activations
+// rounded once); f16 matrices keep float32 panels (bf16 would drop three of their mantissa bits).
+bool gemm_in_bf16(WeightFormat f) {
+  return (f == WeightFormat::BF16 || f == WeightFormat::Q8_0 || f == WeightFormat::Q4_0) && amx_bf16_gemm();
+}
+
+// Rows [o0, o1) of a quantised matrix as bf16 [o1 - o0, in].
+void bf16_panel(WeightFormat f, const uint8_t* w, int64_t row_bytes, int64_t in, int64_t o0, int64_t o1,
+                uint16_t* panel) {
+  at::parallel_for(o0, o1, 16, [&](int64_t a, int64_t b) {
+    std::vector<float> row(static_cast<size_t>(in));
+    for (int64_t r = a; r < b; ++r) {
+      dequantize_row(f, w + r * row_bytes, row.data(), in);
+      narrow_row_bf16(row.data(), panel + (r - o0) * in, in);
+    }
+  });
+}
+
+void gemm_bf16(const at::Tensor& x, const at::Tensor& w, WeightFormat f, const float* b, float* y) {
+  const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
+  const float* xs = x.data_ptr<float>();
+  if (f == WeightFormat::BF16) {
+    // Rows [0, n) hold bf16(x), rows [n, 2n) the remainder (gemm_bf16.h): one GEMM, then y = top + bottom.
+    std::vector<uint16_t> xb(static_cast<size_t>(2 * n * in));
+    at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) split_row_bf16(xs + r * in, xb.data() + r * in, xb.data() + (n + r) * in, in);
+    });
+    std::vector<float> parts(static_cast<size_t>(2 * n * out));
+    gemm_bf16_into(xb.data(), 2 * n, in, static_cast<const uint16_t*>(w.data_ptr()), in, out, nullptr, parts.data(),
+                   out);
+    at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* hi = parts.data() + r * out;
+        const float* lo = parts.data() + (n + r) * out;
+        float* yr = y + r * out;
+#pragma omp simd
+        for (int64_t o = 0; o < out; ++o) yr[o] = (b ? b[o] : 0.0f) + (hi[o] + lo[o]);
+      }
+    });
+    return;
+  }
+  std::vector<uint16_t> xb(static_cast<size_t>(n * in));
+  at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) narrow_row_bf16(xs + r * in, xb.data() + r * in, in);
+  });
+  const int64_t step = panel_rows(in), row_bytes = weight_bytes(w) / std::max<int64_t>(1, out);
+  std::vector<uint16_t> panel(static_cast<size_t>(std::min(step, out) * in));
+  for (int64_t o0 = 0; o0 < out; o0 += step) {
+    const int64_t o1 = std::min(out, o0 + step);
+    bf16_panel(f, static_cast<const uint8_t*>(w.data_ptr()), row_bytes, in, o0, o1, panel.data());
+    gemm_bf16_into(xb.data(), n, in, panel.data(), in, o1 - o0, b ? b + o0 : nullptr, y + o0, out);
+  }
+}
+
 }  // namespace
+
+bool prefill_gemm_bf16(WeightFormat f) { return gemm_in_bf16(f); }
+bool set_prefill_gemm_bf16(bool on) { return set_amx_bf16_gemm(on); }
 
 at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   check_operands(x, w, b);
@@ -135,6 +195,10 @@ at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const int64_t n = x.size(0), out = w.size(0);
   at::Tensor y = at::empty({n, out}, x.options());
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
+  if (gemm_in_bf16(f)) {
+    gemm_bf16(xc, w, f, bp, y.data_ptr<float>());
+    return y;
+  }
   if (f == WeightFormat::F32) {
 #ifdef TRIMKV_HAVE_DNNL
     sgemm_into(xc, w, bp, y.data_ptr<float>(), out);

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "trimkv/kernels/linear.h"
 #include "trimkv/kernels/weight_format.h"
@@ -34,6 +35,8 @@ double tolerance(WeightFormat f, const at::Tensor& x, const at::Tensor& w) {
 }
 
 std::string isa_label(const char* isa) { return isa; }
+
+at::Tensor bf16_rounded(const at::Tensor& t) { return t.to(at::kBFloat16).to(at::kFloat); }
 
 }  // namespace
 
@@ -147,13 +150,71 @@ TEST_CASE("Low-precision prefill: the panel GEMM equals the float32 GEMM of the 
     const at::Tensor x = at::randn({37, 320});
     const at::Tensor y = linear_gemm(x, w, b);
     const at::Tensor want = at::linear(x, unpack_weight(w), b);
-    REQUIRE((y - want).abs().max().item<double>() < 1e-4);
+    if (prefill_gemm_bf16(f) && f != WeightFormat::BF16) {
+      // AMX, quantised matrix: both operands rounded to bf16, products summed in float32.
+      const at::Tensor want16 = at::linear(bf16_rounded(x), bf16_rounded(unpack_weight(w)), b);
+      REQUIRE((y - want16).abs().max().item<double>() < 1e-4);
+    } else {
+      // float32 panels, or a bf16 matrix times split activations: the float32 GEMM's numbers.
+      REQUIRE((y - want).abs().max().item<double>() < 1e-4);
+    }
     // linear_auto: small batches through the GEMV, large through the GEMM, autograd through at::linear.
-    REQUIRE((linear_auto(x, w, b) - want).abs().max().item<double>() < 1e-4);
+    REQUIRE(at::equal(linear_auto(x, w, b), y));
     REQUIRE((linear_auto(x.narrow(0, 0, 2), w, b) - want.narrow(0, 0, 2)).abs().max().item<double>() <
             tolerance(f, x, w));
     const at::Tensor xg = x.clone().requires_grad_(true);
     linear_auto(xg, w, b).sum().backward();
     REQUIRE(xg.grad().defined());
   }
+}
+
+TEST_CASE("bf16 prefill GEMM: odd shapes, with and without bias, match the float32 GEMM of the rounded operands",
+          "[kernels][lowp][bf16-gemm]") {
+  if (!prefill_gemm_bf16(WeightFormat::BF16)) {
+    // Not an AMX CPU (or TRIMKV_BF16_GEMM=0): every format keeps float32 panels.
+    for (WeightFormat f : kLowp) REQUIRE_FALSE(prefill_gemm_bf16(f));
+    WARN("no AMX bf16 GEMM on this CPU: only the float32 panel path was tested");
+    return;
+  }
+  REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::F16));
+  REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::F32));
+  at::manual_seed(11);
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0}) {
+    for (int64_t n : {5, 17, 300}) {
+      for (int64_t out : {1, 33, 1000}) {
+        for (bool bias : {false, true}) {
+          CAPTURE(weight_format_name(f), n, out, bias);
+          const at::Tensor w = pack_weight(at::randn({out, 96}) * 0.1, f);
+          const at::Tensor x = at::randn({n, 96});
+          const at::Tensor b = bias ? at::randn({out}) : at::Tensor();
+          const at::Tensor y = linear_gemm(x, w, b);
+          // bf16: activations split in two bf16 parts, the float32 GEMM's accuracy; q8 / q4:
+          // rounded once.
+          const at::Tensor xr = f == WeightFormat::BF16 ? x : bf16_rounded(x);
+          const at::Tensor want = at::linear(xr, bf16_rounded(unpack_weight(w)), b);
+          REQUIRE((y - want).abs().max().item<double>() < 1e-4);
+          REQUIRE((y - at::linear(x, unpack_weight(w), b)).abs().max().item<double>() <
+                  (f == WeightFormat::BF16 ? 1e-4 : 1.0));
+        }
+      }
+    }
+  }
+  // Non-finite activations stay non-finite (no silent zeros), in both activation schemes.
+  for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Q8_0}) {
+    const at::Tensor w = pack_weight(at::randn({8, 64}), f);
+    at::Tensor x = at::randn({6, 64});
+    x[2][5] = std::numeric_limits<float>::quiet_NaN();
+    x[4][7] = std::numeric_limits<float>::infinity();
+    const at::Tensor y = linear_gemm(x, w);
+    REQUIRE(y[2].isnan().all().item<bool>());
+    REQUIRE_FALSE(y[4].isfinite().any().item<bool>());
+    REQUIRE_FALSE(y[1].isnan().any().item<bool>());
+  }
+  // Turned off, the float32 panels are used, and on again.
+  REQUIRE_FALSE(set_prefill_gemm_bf16(false));
+  REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::Q4_0));
+  const at::Tensor w = pack_weight(at::randn({40, 64}), WeightFormat::Q4_0);
+  const at::Tensor x = at::randn({9, 64});
+  REQUIRE((linear_gemm(x, w) - at::linear(x, unpack_weight(w))).abs().max().item<double>() < 1e-4);
+  REQUIRE(set_prefill_gemm_bf16(true));
 }

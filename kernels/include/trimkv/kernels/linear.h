@@ -8,12 +8,15 @@
 // Larger batches (prefill) go to a GEMM (see linear_gemm).
 // Weights may be stored in any WeightFormat (weight_format.h): bfloat16 / float16 / q8_0 / q4_0
 // matrices get their own decode kernels (gemv_lowp_cpu.cpp) and, for prefill, are converted to
-// float32 one panel of rows at a time for the GEMM (never the whole matrix).
+// float32 one panel of rows at a time for the GEMM (never the whole matrix), or multiplied in
+// bfloat16 on CPUs with AMX (prefill_gemm_bf16).
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <string>
+
+#include "trimkv/kernels/weight_format.h"
 
 namespace trimkv::kernels {
 
@@ -40,6 +43,15 @@ at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // Same contract as linear_rows(); no autograd.
 at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 bool have_fast_gemm();  // whether linear_gemm() uses oneDNN
+// Whether linear_gemm() multiplies matrices of format f in bfloat16 on this CPU: bf16, q8 and q4
+// matrices where oneDNN has an AMX implementation (products summed in float32; a bf16 matrix's
+// activations are split into two bf16 parts, which keeps float32-class accuracy; q8 / q4 ones
+// are rounded to bf16 once). The environment variable TRIMKV_BF16_GEMM=0 turns it off.
+// Elsewhere, and for f16 matrices, panels are widened to float32 for the sgemm.
+bool prefill_gemm_bf16(WeightFormat f);
+// For tests and benchmarks: turn that path on (where the CPU has it) or off; returns
+// prefill_gemm_bf16(WeightFormat::BF16) afterwards.
+bool set_prefill_gemm_bf16(bool on);
 // The instruction set the low-precision kernels use on this CPU ("avx512+vnni", "avx2+fma+f16c",
 // "portable").
 const char* lowp_kernel_isa();
