@@ -33,11 +33,13 @@ inline float from_bf16(uint16_t h) {
 
 }  // namespace
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void narrow_row_bf16(const float* x, uint16_t* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
 }
 
+__attribute__((target_clones("avx512f", "avx2", "default")))
 void split_row_bf16(const float* x, uint16_t* hi, uint16_t* lo, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {

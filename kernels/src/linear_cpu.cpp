@@ -7,6 +7,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -152,17 +153,16 @@ void gemm_bf16(const at::Tensor& x, const at::Tensor& w, WeightFormat f, const f
   const float* xs = x.data_ptr<float>();
   if (f == WeightFormat::BF16) {
     // Rows [0, n) hold bf16(x), rows [n, 2n) the remainder (gemm_bf16.h): one GEMM, then y = top + bottom.
-    std::vector<uint16_t> xb(static_cast<size_t>(2 * n * in));
+    const std::unique_ptr<uint16_t[]> xb(new uint16_t[static_cast<size_t>(2 * n * in)]);
     at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) split_row_bf16(xs + r * in, xb.data() + r * in, xb.data() + (n + r) * in, in);
+      for (int64_t r = r0; r < r1; ++r) split_row_bf16(xs + r * in, xb.get() + r * in, xb.get() + (n + r) * in, in);
     });
-    std::vector<float> parts(static_cast<size_t>(2 * n * out));
-    gemm_bf16_into(xb.data(), 2 * n, in, static_cast<const uint16_t*>(w.data_ptr()), in, out, nullptr, parts.data(),
-                   out);
+    const std::unique_ptr<float[]> parts(new float[static_cast<size_t>(2 * n * out)]);
+    gemm_bf16_into(xb.get(), 2 * n, in, static_cast<const uint16_t*>(w.data_ptr()), in, out, nullptr, parts.get(), out);
     at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
-        const float* hi = parts.data() + r * out;
-        const float* lo = parts.data() + (n + r) * out;
+        const float* hi = parts.get() + r * out;
+        const float* lo = parts.get() + (n + r) * out;
         float* yr = y + r * out;
 #pragma omp simd
         for (int64_t o = 0; o < out; ++o) yr[o] = (b ? b[o] : 0.0f) + (hi[o] + lo[o]);
@@ -170,16 +170,16 @@ void gemm_bf16(const at::Tensor& x, const at::Tensor& w, WeightFormat f, const f
     });
     return;
   }
-  std::vector<uint16_t> xb(static_cast<size_t>(n * in));
+  const std::unique_ptr<uint16_t[]> xb(new uint16_t[static_cast<size_t>(n * in)]);
   at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) narrow_row_bf16(xs + r * in, xb.data() + r * in, in);
+    for (int64_t r = r0; r < r1; ++r) narrow_row_bf16(xs + r * in, xb.get() + r * in, in);
   });
   const int64_t step = panel_rows(in), row_bytes = weight_bytes(w) / std::max<int64_t>(1, out);
-  std::vector<uint16_t> panel(static_cast<size_t>(std::min(step, out) * in));
+  const std::unique_ptr<uint16_t[]> panel(new uint16_t[static_cast<size_t>(std::min(step, out) * in)]);
   for (int64_t o0 = 0; o0 < out; o0 += step) {
     const int64_t o1 = std::min(out, o0 + step);
-    bf16_panel(f, static_cast<const uint8_t*>(w.data_ptr()), row_bytes, in, o0, o1, panel.data());
-    gemm_bf16_into(xb.data(), n, in, panel.data(), in, o1 - o0, b ? b + o0 : nullptr, y + o0, out);
+    bf16_panel(f, static_cast<const uint8_t*>(w.data_ptr()), row_bytes, in, o0, o1, panel.get());
+    gemm_bf16_into(xb.get(), n, in, panel.get(), in, o1 - o0, b ? b + o0 : nullptr, y + o0, out);
   }
 }
 
