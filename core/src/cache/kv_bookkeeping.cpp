@@ -179,8 +179,10 @@ ApplyResult KvBookkeeping::apply(const EvictionPlan& plan) {
   plan.validate(*this);
   const int32_t bs = m_geometry.block_size;
   ApplyResult result;
+  result.stream_moves.reserve(m_streams.size() + 1);
   for (int il = 0; il < m_geometry.n_layer; ++il) {
     for (int h = 0; h < m_geometry.n_kv_head; ++h) {
+      result.stream_moves.push_back(result.moves.size());
       Stream& s = m_streams[static_cast<size_t>(il * m_geometry.n_kv_head + h)];
       const std::vector<int32_t>& keep = plan.keep(il, h);
       const int32_t n_keep = static_cast<int32_t>(keep.size());
@@ -204,6 +206,7 @@ ApplyResult KvBookkeeping::apply(const EvictionPlan& plan) {
       s.blocks.resize(n_blocks_kept);
     }
   }
+  result.stream_moves.push_back(result.moves.size());
   return result;
 }
 

@@ -1,6 +1,7 @@
 #include "trimkv/core/kv_cache.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -138,23 +139,27 @@ ApplyResult KvCache::apply(const EvictionPlan& plan) {
   ApplyResult result = m_book.apply(plan);
   refresh_views();
   if (!result.moves.empty() && m_k.device().is_cpu()) {
-    // In the bookkeeping's order no move reads a slot an earlier one wrote (kv_bookkeeping.h), so
-    // the moves run in order; runs of consecutive source and destination slots move as one
-    // memmove (kept entries mostly shift in runs).
+    // Within a stream, in the bookkeeping's order no move reads a slot an earlier one wrote
+    // (kv_bookkeeping.h), so the moves run in order; runs of consecutive source and destination
+    // slots move as one memmove (kept entries mostly shift in runs). Streams own disjoint slots:
+    // they are spread over the threads.
     const size_t row = static_cast<size_t>(geometry().head_dim) * m_k.element_size();
-    for (at::Tensor* pool : {&m_k, &m_v}) {
-      auto* base = static_cast<uint8_t*>(pool->data_ptr());
-      const std::vector<SlotMove>& mv = result.moves;
-      for (size_t i = 0; i < mv.size();) {
-        size_t n = 1;
-        while (i + n < mv.size() && mv[i + n].src_slot == mv[i].src_slot + static_cast<int32_t>(n) &&
-               mv[i + n].dst_slot == mv[i].dst_slot + static_cast<int32_t>(n))
-          ++n;
-        std::memmove(base + static_cast<size_t>(mv[i].dst_slot) * row, base + static_cast<size_t>(mv[i].src_slot) * row,
-                     n * row);
-        i += n;
+    uint8_t* bases[2] = {static_cast<uint8_t*>(m_k.data_ptr()), static_cast<uint8_t*>(m_v.data_ptr())};
+    const std::vector<SlotMove>& mv = result.moves;
+    const std::vector<size_t>& begin = result.stream_moves;
+    at::parallel_for(0, static_cast<int64_t>(begin.size()) - 1, 4, [&](int64_t s0, int64_t s1) {
+      for (uint8_t* base : bases) {
+        for (size_t i = begin[static_cast<size_t>(s0)], end = begin[static_cast<size_t>(s1)]; i < end;) {
+          size_t n = 1;
+          while (i + n < end && mv[i + n].src_slot == mv[i].src_slot + static_cast<int32_t>(n) &&
+                 mv[i + n].dst_slot == mv[i].dst_slot + static_cast<int32_t>(n))
+            ++n;
+          std::memmove(base + static_cast<size_t>(mv[i].dst_slot) * row, base + static_cast<size_t>(mv[i].src_slot) * row,
+                       n * row);
+          i += n;
+        }
       }
-    }
+    });
   } else if (!result.moves.empty()) {  // other devices: one gather then one scatter per pool
     std::vector<int32_t> src, dst;
     src.reserve(result.moves.size());

@@ -1,5 +1,8 @@
 // Selection rules over per-stream scores (see eviction_select.h for the order and contracts).
+#include <ATen/Parallel.h>
+
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
 #include "trimkv/core/error.h"
@@ -9,15 +12,14 @@ namespace trimkv {
 
 namespace {
 
-struct Ref {
-  float score;
-  int32_t token;
-  int32_t stream;
-  int32_t entry;
-};
-
-inline bool before(const Ref& a, const Ref& b) {
-  return ranks_before(a.score, a.token, a.stream, b.score, b.token, b.stream);
+// A score as an unsigned key whose ascending order is the score's descending order (higher
+// scores first); -0 and +0 map to one key, as they compare equal.
+inline uint32_t rank_key(float score) {
+  if (score == 0.0f) score = 0.0f;
+  uint32_t u;
+  std::memcpy(&u, &score, 4);
+  u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending in the score
+  return ~u;                                       // descending
 }
 
 void check_scores(const KvBookkeeping& kv, const StreamScores& scores) {
@@ -38,14 +40,16 @@ StreamScores retention_scores(const KvBookkeeping& kv, int lookahead) {
   const KvGeometry& g = kv.geometry();
   const int64_t q = static_cast<int64_t>(kv.n_tokens()) + 1;
   StreamScores scores(static_cast<size_t>(g.n_streams()));
-  for (int il = 0; il < g.n_layer; ++il)
-    for (int h = 0; h < g.n_kv_head; ++h) {
-      const auto& entries = kv.entries(il, h);
-      auto& out = scores[static_cast<size_t>(il * g.n_kv_head + h)];
+  // One exp and log1p per entry (lookahead 2): streams are spread over the threads.
+  at::parallel_for(0, g.n_streams(), 4, [&](int64_t s0, int64_t s1) {
+    for (int64_t s = s0; s < s1; ++s) {
+      const auto& entries = kv.entries(static_cast<int>(s / g.n_kv_head), static_cast<int>(s % g.n_kv_head));
+      auto& out = scores[static_cast<size_t>(s)];
       out.resize(entries.size());
       for (size_t e = 0; e < entries.size(); ++e)
         out[e] = retention_log_score(entries[e].log_beta, q, entries[e].token_index, lookahead);
     }
+  });
   return scores;
 }
 
@@ -102,28 +106,51 @@ void select_top_k_joint(const KvBookkeeping& kv, const StreamScores& scores,
   if (k_joint >= total) {
     for (int s : streams) count[s] = static_cast<int64_t>(scores[s].size());
   } else if (k_joint > 0) {
-    std::vector<Ref> all;
-    all.reserve(static_cast<size_t>(total));
+    // The k_joint-th best score's key T (integer keys: a quick nth_element); entries with a key
+    // below T are chosen, and of those with key T (equal scores: usually one) the best by the
+    // tie-break (newer token, then smaller stream) fill the rest.
+    std::vector<uint32_t> keys;
+    keys.reserve(static_cast<size_t>(total));
+    for (int s : streams)
+      for (float v : scores[s]) keys.push_back(rank_key(v));
+    std::vector<uint32_t> order(keys);
+    std::nth_element(order.begin(), order.begin() + (k_joint - 1), order.end());
+    const uint32_t t = order[static_cast<size_t>(k_joint - 1)];
+    int64_t below = 0;
+    for (uint32_t key : keys) below += key < t;
+    struct Tie {
+      int32_t token;
+      int32_t stream;
+      size_t at;  // position in `keys`
+    };
+    std::vector<Tie> ties;
+    size_t at = 0;
     for (int s : streams) {
       const auto& entries = kv.entries(s / g.n_kv_head, s % g.n_kv_head);
-      for (size_t e = 0; e < entries.size(); ++e)
-        all.push_back(Ref{scores[s][e], entries[e].token_index, s, static_cast<int32_t>(e)});
+      for (size_t e = 0; e < entries.size(); ++e, ++at)
+        if (keys[at] == t) ties.push_back(Tie{entries[e].token_index, s, at});
     }
-    std::nth_element(all.begin(), all.begin() + (k_joint - 1), all.end(), before);
-    for (int64_t i = 0; i < k_joint; ++i) ++count[all[static_cast<size_t>(i)].stream];
-    if (floor_per_head == 0) {
-      // Fast path: the chosen entries are the answer.
-      for (int s : streams) plan.keep(s / g.n_kv_head, s % g.n_kv_head).clear();
-      for (int64_t i = 0; i < k_joint; ++i) {
-        const Ref& r = all[static_cast<size_t>(i)];
-        plan.keep(r.stream / g.n_kv_head, r.stream % g.n_kv_head).push_back(r.entry);
+    const size_t n_ties = static_cast<size_t>(k_joint - below);
+    std::sort(ties.begin(), ties.end(), [](const Tie& a, const Tie& b) {
+      return a.token != b.token ? a.token > b.token : a.stream < b.stream;
+    });
+    ties.resize(n_ties);
+    std::vector<char> tie_kept(static_cast<size_t>(total), 0);
+    for (const Tie& x : ties) tie_kept[x.at] = 1;
+    // Keep lists come out in cache order, stream by stream.
+    at = 0;
+    for (int s : streams) {
+      const int il = s / g.n_kv_head, h = s % g.n_kv_head;
+      std::vector<int32_t> keep;
+      const int64_t len = static_cast<int64_t>(scores[s].size());
+      keep.reserve(static_cast<size_t>(len));
+      for (int32_t e = 0; e < len; ++e, ++at) {
+        if (keys[at] < t || (keys[at] == t && tie_kept[at])) keep.push_back(e);
       }
-      for (int s : streams) {
-        auto& keep = plan.keep(s / g.n_kv_head, s % g.n_kv_head);
-        std::sort(keep.begin(), keep.end());
-      }
-      return;
+      count[s] = static_cast<int64_t>(keep.size());
+      if (floor_per_head == 0) plan.keep(il, h) = std::move(keep);
     }
+    if (floor_per_head == 0) return;
   }
   for (int s : streams) {
     const int il = s / g.n_kv_head, h = s % g.n_kv_head;

@@ -7,6 +7,7 @@
 // of the shared pool, i.e. row e % block_size of that block. Each stream owns exactly
 // ceil(length / block_size) blocks, and every used block belongs to exactly one stream.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +27,9 @@ struct ApplyResult {
   // In the order given, dst_slot <= src_slot within a stream and no move reads a slot an earlier
   // move wrote, so executing them one by one in place is safe (so is gather-then-scatter).
   std::vector<SlotMove> moves;
+  // moves[stream_moves[s], stream_moves[s + 1]) are stream s's (il * n_kv_head + h); streams
+  // touch disjoint slots, so their moves may run concurrently.
+  std::vector<size_t> stream_moves;
   int64_t n_evicted = 0;       // entries dropped
   int32_t n_blocks_freed = 0;  // tail blocks returned to the pool
 };
