@@ -142,17 +142,22 @@ TRIMKV_ROW_KERNEL_CLONES void attend_row(const PagedAttentionParams& p, int qh, 
   const float* q = p.q + row * p.q_row_stride + qh * p.q_head_stride;
   const int32_t* table = kv.block_tables[g];
   const int64_t block_elems = static_cast<int64_t>(bs) * d;
-  const int64_t n_blocks = (visible + bs - 1) / bs;
+  // Entry e sits at row r0 + e of the head's rows; block b holds rows [j0, j1) of them, entries
+  // from b * bs + j0 - r0 on.
+  const int r0 = kv.first_row(g);
+  const int64_t end = r0 + visible;
+  const int64_t n_blocks = (end + bs - 1) / bs;
 
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int n_in = static_cast<int>(std::min<int64_t>(bs, visible - b * bs));
-    const float* kb = block_rows(kv.k_pool, kv.dtype, table[b], block_elems, n_in, d, block_buf);
-    float* s = scores + b * bs;
-    int j = 0;
-    for (; j + 4 <= n_in; j += 4) dot4(q, kb + static_cast<int64_t>(j) * d, d, s + j);
-    for (; j < n_in; ++j) s[j] = dot(q, kb + static_cast<int64_t>(j) * d, d);
-    for (j = 0; j < n_in; ++j) {
+    const int j0 = b == 0 ? r0 : 0;
+    const int j1 = static_cast<int>(std::min<int64_t>(bs, end - b * bs));
+    const float* kb = block_rows(kv.k_pool, kv.dtype, table[b], block_elems, j1, d, block_buf);
+    float* s = scores + (b * bs - r0);  // s[j]: the entry in row j (j >= j0)
+    int j = j0;
+    for (; j + 4 <= j1; j += 4) dot4(q, kb + static_cast<int64_t>(j) * d, d, s + j);
+    for (; j < j1; ++j) s[j] = dot(q, kb + static_cast<int64_t>(j) * d, d);
+    for (j = j0; j < j1; ++j) {
       s[j] *= p.scale;
       m = std::max(m, s[j]);
     }
@@ -168,12 +173,13 @@ TRIMKV_ROW_KERNEL_CLONES void attend_row(const PagedAttentionParams& p, int qh, 
 
   std::fill(acc, acc + d, 0.0f);
   for (int64_t b = 0; b < n_blocks; ++b) {
-    const int n_in = static_cast<int>(std::min<int64_t>(bs, visible - b * bs));
-    const float* vb = block_rows(kv.v_pool, kv.dtype, table[b], block_elems, n_in, d, block_buf);
-    const float* w = scores + b * bs;
-    int j = 0;
-    for (; j + 4 <= n_in; j += 4) axpy4(acc, w + j, vb + static_cast<int64_t>(j) * d, d);
-    for (; j < n_in; ++j) axpy(acc, w[j], vb + static_cast<int64_t>(j) * d, d);
+    const int j0 = b == 0 ? r0 : 0;
+    const int j1 = static_cast<int>(std::min<int64_t>(bs, end - b * bs));
+    const float* vb = block_rows(kv.v_pool, kv.dtype, table[b], block_elems, j1, d, block_buf);
+    const float* w = scores + (b * bs - r0);
+    int j = j0;
+    for (; j + 4 <= j1; j += 4) axpy4(acc, w + j, vb + static_cast<int64_t>(j) * d, d);
+    for (; j < j1; ++j) axpy(acc, w[j], vb + static_cast<int64_t>(j) * d, d);
   }
   for (int k = 0; k < d; ++k) o[k] = acc[k] * inv_l;
 
@@ -234,7 +240,7 @@ struct WidenedKv {
     const int64_t block_elems = static_cast<int64_t>(kv.block_size) * kv.head_dim;
     std::vector<int64_t> first(kv.n_kv_head + 1, 0);
     for (int h = 0; h < kv.n_kv_head; ++h)
-      first[h + 1] = first[h] + (static_cast<int64_t>(kv.lengths[h]) + kv.block_size - 1) / kv.block_size;
+      first[h + 1] = first[h] + (kv.first_row(h) + static_cast<int64_t>(kv.lengths[h]) + kv.block_size - 1) / kv.block_size;
     const int64_t total = first[kv.n_kv_head];
     k.resize(static_cast<size_t>(total * block_elems));
     v.resize(static_cast<size_t>(total * block_elems));
@@ -347,7 +353,9 @@ void validate_paged_kv_view(const PagedKvView& kv) {
     any_entry = true;
     const int32_t* table = kv.block_tables[h];
     check(table != nullptr, "KV head ", h, ": block table is null but length is ", len);
-    const int64_t n_blocks = (static_cast<int64_t>(len) + kv.block_size - 1) / kv.block_size;
+    const int32_t r0 = kv.first_row(h);
+    check(r0 >= 0 && r0 < kv.block_size, "KV head ", h, ": first row ", r0, " is outside [0, ", kv.block_size, ")");
+    const int64_t n_blocks = (r0 + static_cast<int64_t>(len) + kv.block_size - 1) / kv.block_size;
     for (int64_t b = 0; b < n_blocks; ++b) {
       check(table[b] >= 0 && table[b] < kv.n_blocks, "KV head ", h, ": block table entry ", b,
             " = ", table[b], " is outside the pool [0, ", kv.n_blocks, ")");

@@ -141,7 +141,7 @@ TEST_CASE("Every budgeted policy holds its budget and the cache invariants after
       for (int il = 0; il < g.n_layer; ++il)
         for (int h = 0; h < g.n_kv_head; ++h) {
           sum += kv.length(il, h);
-          blocks += (kv.length(il, h) + g.block_size - 1) / g.block_size;
+          blocks += (kv.first_row(il, h) + kv.length(il, h) + g.block_size - 1) / g.block_size;
         }
       REQUIRE(sum == kv.total_entries());
       REQUIRE(blocks == kv.pool().n_used());

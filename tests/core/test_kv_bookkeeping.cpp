@@ -28,10 +28,11 @@ struct Model {
   std::vector<std::vector<EntryMeta>> meta;  // [n_streams][len]
   std::vector<std::vector<int64_t>> ids;     // [n_streams][len]
   std::vector<int64_t> storage;              // [capacity * block_size] slot -> id (-1 empty)
+  std::vector<int32_t> first;                // [n_streams] row of entry 0 in the first block
   int64_t next_id = 0;
 
   explicit Model(const KvGeometry& geometry)
-      : g(geometry), meta(geometry.n_streams()), ids(geometry.n_streams()) {}
+      : g(geometry), meta(geometry.n_streams()), ids(geometry.n_streams()), first(geometry.n_streams(), 0) {}
   int stream(int il, int h) const { return il * g.n_kv_head + h; }
 };
 
@@ -48,7 +49,8 @@ void check_against_model(const KvBookkeeping& kv, const Model& m) {
       const int32_t len = static_cast<int32_t>(m.meta[s].size());
       REQUIRE(kv.length(il, h) == len);
       REQUIRE(kv.entries(il, h) == m.meta[s]);
-      REQUIRE(static_cast<int32_t>(kv.block_table(il, h).size()) == ceil_div(len, m.g.block_size));
+      REQUIRE(kv.first_row(il, h) == m.first[s]);
+      REQUIRE(static_cast<int32_t>(kv.block_table(il, h).size()) == ceil_div(m.first[s] + len, m.g.block_size));
       for (int32_t b : kv.block_table(il, h)) {
         REQUIRE(pool.is_used(b));
         REQUIRE(seen_blocks.insert(b).second);  // each used block belongs to one stream only
@@ -131,17 +133,47 @@ EvictionPlan random_plan(const KvBookkeeping& kv, std::mt19937& rng) {
 void random_apply(KvBookkeeping& kv, Model& m, std::mt19937& rng) {
   const EvictionPlan plan = random_plan(kv, rng);
   const KvGeometry& g = m.g;
-  // Expected: kept entries in their relative order, each head keeps exactly the prefix of its
-  // block table it needs; the rest of its table is freed.
+  // Expected: kept entries in their relative order. Each head is compacted toward the end that
+  // moves fewer rows (the front on a tie): toward the front it keeps the prefix of its block
+  // table it needs, toward the end the suffix, its first row moving on by the entries dropped.
+  struct Expect {
+    std::vector<int32_t> table;
+    int32_t first = 0;
+    int32_t moves = 0;
+  };
   std::vector<std::vector<int32_t>> tables_before;
-  int32_t expected_freed = 0;
+  std::vector<Expect> expect;
+  int32_t expected_freed = 0, expected_moves = 0;
   int64_t expected_evicted = 0;
   for (int il = 0; il < g.n_layer; ++il)
     for (int h = 0; h < g.n_kv_head; ++h) {
-      tables_before.push_back(kv.block_table(il, h));
-      const int32_t kept = static_cast<int32_t>(plan.keep(il, h).size());
-      expected_freed += ceil_div(kv.length(il, h), g.block_size) - ceil_div(kept, g.block_size);
-      expected_evicted += kv.length(il, h) - kept;
+      const int s = m.stream(il, h);
+      const std::vector<int32_t>& table = kv.block_table(il, h);
+      tables_before.push_back(table);
+      const std::vector<int32_t>& keep = plan.keep(il, h);
+      const int32_t len = kv.length(il, h), kept = static_cast<int32_t>(keep.size()), shift = len - kept;
+      int32_t to_front = 0, to_back = 0;
+      for (int32_t j = 0; j < kept; ++j) {
+        to_front += keep[j] != j;
+        to_back += keep[j] != shift + j;
+      }
+      Expect x;
+      if (kept == 0) {
+        x.first = 0;
+      } else if (to_back < to_front) {
+        const int32_t first = m.first[s] + shift;
+        x.table.assign(table.begin() + first / g.block_size, table.end());
+        x.first = first % g.block_size;
+        x.moves = to_back;
+      } else {
+        x.table.assign(table.begin(), table.begin() + ceil_div(m.first[s] + kept, g.block_size));
+        x.first = m.first[s];
+        x.moves = to_front;
+      }
+      expected_freed += static_cast<int32_t>(table.size() - x.table.size());
+      expected_moves += x.moves;
+      expected_evicted += shift;
+      expect.push_back(x);
     }
   const int32_t used_before = kv.pool().n_used();
   const int32_t capacity_before = kv.pool().capacity();
@@ -150,17 +182,22 @@ void random_apply(KvBookkeeping& kv, Model& m, std::mt19937& rng) {
 
   REQUIRE(r.n_blocks_freed == expected_freed);
   REQUIRE(r.n_evicted == expected_evicted);
+  REQUIRE(static_cast<int32_t>(r.moves.size()) == expected_moves);
+  REQUIRE(r.stream_moves.size() == static_cast<size_t>(g.n_streams()) + 1);
+  REQUIRE(r.stream_moves.back() == r.moves.size());
   REQUIRE(kv.pool().n_used() == used_before - expected_freed);
   REQUIRE(kv.pool().capacity() == capacity_before);
   for (int il = 0; il < g.n_layer; ++il)
     for (int h = 0; h < g.n_kv_head; ++h) {
       const int s = m.stream(il, h);
+      REQUIRE(r.stream_moves[s + 1] - r.stream_moves[s] == static_cast<size_t>(expect[s].moves));
       const std::vector<int32_t>& before = tables_before[s];
-      const std::vector<int32_t>& after = kv.block_table(il, h);
-      REQUIRE(after.size() <= before.size());
-      REQUIRE(std::equal(after.begin(), after.end(), before.begin()));  // prefix kept in place
-      for (size_t b = after.size(); b < before.size(); ++b)
-        REQUIRE_FALSE(kv.pool().is_used(before[b]));
+      REQUIRE(kv.block_table(il, h) == expect[s].table);
+      REQUIRE(kv.first_row(il, h) == expect[s].first);
+      for (int32_t b : before)
+        if (std::find(expect[s].table.begin(), expect[s].table.end(), b) == expect[s].table.end())
+          REQUIRE_FALSE(kv.pool().is_used(b));
+      m.first[s] = expect[s].first;
       std::vector<EntryMeta> meta;
       std::vector<int64_t> ids;
       for (int32_t e : plan.keep(il, h)) {
@@ -313,7 +350,7 @@ TEST_CASE("KvBookkeeping::apply frees exactly the tail blocks of a shrunk head",
   const std::vector<int32_t> head1 = kv.block_table(0, 1);
 
   EvictionPlan plan = EvictionPlan::keep_all(kv);
-  plan.keep(0, 0) = {1, 4, 9};  // 3 entries: 1 block
+  plan.keep(0, 0) = {0, 4, 5};  // 3 entries: 1 block; 2 rows move toward the front, 3 toward the end
   const int32_t free_before = kv.pool().n_free();
   const ApplyResult r = kv.apply(plan);
 
@@ -322,27 +359,68 @@ TEST_CASE("KvBookkeeping::apply frees exactly the tail blocks of a shrunk head",
   CHECK(kv.n_blocks_used() == 4);
   CHECK(kv.pool().n_free() == free_before + 2);
   CHECK(kv.block_table(0, 0) == std::vector<int32_t>{head0[0]});
+  CHECK(kv.first_row(0, 0) == 0);
   CHECK_FALSE(kv.pool().is_used(head0[1]));
   CHECK_FALSE(kv.pool().is_used(head0[2]));
   CHECK(kv.block_table(0, 1) == head1);  // untouched head
   // Kept entries keep their metadata, in order, compacted to the front.
   REQUIRE(kv.length(0, 0) == 3);
-  CHECK(kv.entries(0, 0)[0].token_index == 1);
+  CHECK(kv.entries(0, 0)[0].token_index == 0);
   CHECK(kv.entries(0, 0)[1].token_index == 4);
-  CHECK(kv.entries(0, 0)[2].token_index == 9);
-  // Moves: 1 -> 0, 4 -> 1, 9 -> 2 (slots of head 0 only).
-  REQUIRE(r.moves.size() == 3);
-  CHECK(r.moves[0].src_slot == head0[0] * 4 + 1);
-  CHECK(r.moves[0].dst_slot == head0[0] * 4 + 0);
-  CHECK(r.moves[1].src_slot == head0[1] * 4 + 0);
-  CHECK(r.moves[2].src_slot == head0[2] * 4 + 1);
-  CHECK(r.moves[2].dst_slot == head0[0] * 4 + 2);
+  CHECK(kv.entries(0, 0)[2].token_index == 5);
+  // Moves: 4 -> 1, 5 -> 2 (slots of head 0 only).
+  REQUIRE(r.moves.size() == 2);
+  CHECK(r.moves[0].src_slot == head0[1] * 4 + 0);
+  CHECK(r.moves[0].dst_slot == head0[0] * 4 + 1);
+  CHECK(r.moves[1].src_slot == head0[1] * 4 + 1);
+  CHECK(r.moves[1].dst_slot == head0[0] * 4 + 2);
   kv.check_invariants();
 
   // Freed blocks are reused by the next append before the pool grows.
   const int32_t capacity = kv.pool().capacity();
   kv.append(0, {10, 11, 12, 13, 14, 15, 16, 17, 18});  // head 0: 12 entries = 3 blocks
   CHECK(kv.pool().capacity() == capacity);
+  kv.check_invariants();
+}
+
+TEST_CASE("KvBookkeeping::apply: evicting the oldest entries moves no row; the head starts further into its blocks",
+          "[cache]") {
+  KvBookkeeping kv(KvGeometry{1, 1, 8, 4});
+  std::vector<int32_t> tokens(10);
+  for (int i = 0; i < 10; ++i) tokens[i] = i;
+  kv.append(0, tokens);  // 10 entries in 3 blocks
+  const std::vector<int32_t> table = kv.block_table(0, 0);
+  EvictionPlan plan(1, 1);
+  plan.keep(0, 0) = {5, 6, 7, 8, 9};
+  const ApplyResult r = kv.apply(plan);
+  CHECK(r.moves.empty());
+  CHECK(r.n_blocks_freed == 1);  // block 0 held entries 0-3 only
+  CHECK(kv.block_table(0, 0) == std::vector<int32_t>{table[1], table[2]});
+  CHECK(kv.first_row(0, 0) == 1);  // entry 0 (token 5) is row 1 of the old block 1
+  CHECK(kv.slot(0, 0, 0) == table[1] * 4 + 1);
+  CHECK(kv.slot(0, 0, 4) == table[2] * 4 + 1);
+  CHECK_FALSE(kv.pool().is_used(table[0]));
+  // Appends go on after the last row; a new block starts at row 3 of entries.
+  const std::vector<int32_t> slots = kv.append(0, {10, 11, 12});
+  CHECK(slots[0] == table[2] * 4 + 2);
+  CHECK(slots[1] == table[2] * 4 + 3);
+  CHECK(kv.block_table(0, 0).size() == 3);
+  CHECK(slots[2] == kv.block_table(0, 0)[2] * 4 + 0);
+  CHECK(kv.entries(0, 0)[5].token_index == 10);
+  kv.check_invariants();
+  // A scattered plan afterwards (front is cheaper: keep 0, 1 of 8) keeps the first row.
+  EvictionPlan plan2(1, 1);
+  plan2.keep(0, 0) = {0, 1, 6};
+  const ApplyResult r2 = kv.apply(plan2);
+  CHECK(r2.moves.size() == 1);
+  CHECK(kv.first_row(0, 0) == 1);
+  CHECK(kv.block_table(0, 0) == std::vector<int32_t>{table[1]});
+  CHECK(kv.entries(0, 0)[2].token_index == 11);
+  kv.check_invariants();
+  // Emptied, a head starts at row 0 again.
+  kv.apply(EvictionPlan(1, 1));
+  CHECK(kv.first_row(0, 0) == 0);
+  CHECK(kv.block_table(0, 0).empty());
   kv.check_invariants();
 }
 

@@ -67,14 +67,20 @@ std::vector<int32_t> iota_tokens(int32_t first, int n) {
   return t;
 }
 
-EvictionPlan random_plan(const KvCache& cache, std::mt19937& rng, double keep_p) {
+// Each entry kept with probability keep_p; with older_first, as learned retention mostly evicts,
+// every entry from a random cut on is kept and older ones with keep_p / 4 (the heads then compact
+// toward the end of their blocks, kv_bookkeeping.h).
+EvictionPlan random_plan(const KvCache& cache, std::mt19937& rng, double keep_p, bool older_first = false) {
   const KvGeometry& g = cache.geometry();
   EvictionPlan plan(g.n_layer, g.n_kv_head);
-  std::bernoulli_distribution keep(keep_p);
+  std::bernoulli_distribution keep(keep_p), keep_old(keep_p / 4);
   for (int il = 0; il < g.n_layer; ++il)
-    for (int h = 0; h < g.n_kv_head; ++h)
-      for (int32_t e = 0; e < cache.length(il, h); ++e)
-        if (keep(rng)) plan.keep(il, h).push_back(e);
+    for (int h = 0; h < g.n_kv_head; ++h) {
+      const int32_t len = cache.length(il, h);
+      const int32_t cut = len == 0 ? 0 : static_cast<int32_t>(rng() % (len + 1));
+      for (int32_t e = 0; e < len; ++e)
+        if (older_first ? (e >= cut || keep_old(rng)) : keep(rng)) plan.keep(il, h).push_back(e);
+    }
   return plan;
 }
 
@@ -172,7 +178,7 @@ TEST_CASE("KvCache::apply keeps exactly the chosen K/V rows", "[cache]") {
     int32_t next = 0;
     for (int step = 0; step < 12; ++step) {
       if (step % 3 == 2) {
-        const EvictionPlan plan = random_plan(cache, rng, 0.6);
+        const EvictionPlan plan = random_plan(cache, rng, 0.6, step % 2 == 1);
         cache.apply(plan);
         m.apply(plan);
       } else {
@@ -223,24 +229,29 @@ TEST_CASE("KvCache::apply frees the tail blocks of a shrunk head", "[cache]") {
 
 TEST_CASE("KvCache attention over a compacted cache equals attention over the kept entries",
           "[cache]") {
-  for (int seed = 0; seed < 6; ++seed) {
-    CAPTURE(seed);
+  for (int seed = 0; seed < 12; ++seed) {
     std::mt19937 rng(100 + seed);
     at::manual_seed(seed);
     const int n_head = 6, n_kv_head = 2, head_dim = 16;
     const KvGeometry g{2, n_kv_head, head_dim, seed % 2 == 0 ? 4 : 16};
-    KvCache cache(g);
+    // float32 and 16-bit pools (these widen each block once per call from 4 query rows on).
+    const at::ScalarType dtypes[] = {at::kFloat, at::kBFloat16, at::kHalf};
+    const at::ScalarType dtype = dtypes[seed % 3];
+    const bool older_first = seed >= 6;
+    CAPTURE(seed, dtype, older_first);
+    KvCache cache(g, at::TensorOptions().dtype(dtype));
     DenseModel m(g);
+    auto rounded = [&](const at::Tensor& t) { return t.to(dtype).to(at::kFloat); };
     // Prefill, evict, then a new chunk of n_q tokens appended before attention (never evicted).
     const int n_prefill = 40, n_q = seed % 3 == 0 ? 1 : 5;
     for (int il = 0; il < 2; ++il) {
       const at::Tensor k = at::randn({n_prefill, n_kv_head, head_dim});
       const at::Tensor v = at::randn({n_prefill, n_kv_head, head_dim});
       cache.append(il, k, v, iota_tokens(0, n_prefill));
-      m.append(il, k, v);
+      m.append(il, rounded(k), rounded(v));
     }
     const int64_t held_before = cache.bytes_held();
-    const EvictionPlan plan = random_plan(cache, rng, 0.4);
+    const EvictionPlan plan = random_plan(cache, rng, 0.4, older_first);
     cache.apply(plan);
     m.apply(plan);
     CHECK(cache.bytes_held() < held_before);
@@ -249,11 +260,18 @@ TEST_CASE("KvCache attention over a compacted cache equals attention over the ke
       const at::Tensor k = at::randn({n_q, n_kv_head, head_dim});
       const at::Tensor v = at::randn({n_q, n_kv_head, head_dim});
       cache.append(il, k, v, iota_tokens(n_prefill, n_q));
-      m.append(il, k, v);
+      m.append(il, rounded(k), rounded(v));
       const at::Tensor q = at::randn({n_q, n_head, head_dim});
       const at::Tensor got = kernels::paged_attention(q, cache.layer_view(il), scale);
       const at::Tensor want = dense_attention(q, m, il, scale);
       CHECK((got.to(at::kDouble) - want).abs().max().item<double>() < 1e-5);
+    }
+    // The older-first plans left heads starting inside their first block.
+    if (older_first) {
+      bool offset = false;
+      for (int il = 0; il < 2; ++il)
+        for (int h = 0; h < n_kv_head; ++h) offset = offset || cache.bookkeeping().first_row(il, h) > 0;
+      CHECK((offset || g.block_size == 1));
     }
   }
 }

@@ -30,16 +30,19 @@ struct RandomPagedCache {
   std::vector<int32_t> lengths;              // [n_kv_head]
   std::vector<std::vector<int32_t>> tables;  // [n_kv_head][n_blocks_h]
   std::vector<const int32_t*> table_ptrs;    // [n_kv_head]
+  std::vector<int32_t> first;                // [n_kv_head] row of entry 0 in the first block
   at::Tensor k_pool, v_pool;                 // [n_blocks, block_size, head_dim]
 
+  // Rows not holding an entry (before a head's first row, past its last) are NaN.
   RandomPagedCache(std::vector<int32_t> lens, int head_dim_, int block_size_, int extra_blocks,
-                   std::mt19937& rng)
+                   std::mt19937& rng, std::vector<int32_t> first_rows = {})
       : n_kv_head(static_cast<int>(lens.size())),
         head_dim(head_dim_),
         block_size(block_size_),
-        lengths(std::move(lens)) {
+        lengths(std::move(lens)),
+        first(first_rows.empty() ? std::vector<int32_t>(lengths.size(), 0) : std::move(first_rows)) {
     int n_blocks = extra_blocks;
-    for (int32_t len : lengths) n_blocks += (len + block_size - 1) / block_size;
+    for (int h = 0; h < n_kv_head; ++h) n_blocks += (first[h] + lengths[h] + block_size - 1) / block_size;
     std::vector<int32_t> ids(n_blocks);
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng);
@@ -49,10 +52,10 @@ struct RandomPagedCache {
     size_t next = 0;
     tables.resize(n_kv_head);
     for (int h = 0; h < n_kv_head; ++h) {
-      const int nb = (lengths[h] + block_size - 1) / block_size;
+      const int nb = (first[h] + lengths[h] + block_size - 1) / block_size;
       for (int b = 0; b < nb; ++b) tables[h].push_back(ids[next++]);
       for (int e = 0; e < lengths[h]; ++e) {
-        const int64_t blk = tables[h][e / block_size], off = e % block_size;
+        const int64_t blk = tables[h][(first[h] + e) / block_size], off = (first[h] + e) % block_size;
         k_pool[blk][off].copy_(at::randn({head_dim}));
         v_pool[blk][off].copy_(at::randn({head_dim}));
       }
@@ -70,6 +73,7 @@ struct RandomPagedCache {
     v.n_kv_head = n_kv_head;
     v.block_tables = table_ptrs.data();
     v.lengths = lengths.data();
+    v.first_rows = first.data();
     return v;
   }
 
@@ -77,7 +81,7 @@ struct RandomPagedCache {
   at::Tensor gather(const at::Tensor& pool, int h) const {
     std::vector<int64_t> slots;
     for (int e = 0; e < lengths[h]; ++e)
-      slots.push_back(int64_t{tables[h][e / block_size]} * block_size + e % block_size);
+      slots.push_back(int64_t{tables[h][(first[h] + e) / block_size]} * block_size + (first[h] + e) % block_size);
     at::Tensor idx = at::tensor(slots, at::kLong);
     return pool.reshape({-1, head_dim}).index_select(0, idx).to(at::kDouble);
   }
@@ -147,6 +151,26 @@ TEST_CASE("paged_attention matches dense causal attention over the gathered K/V"
     RandomPagedCache cache(lens, head_dim, block_size, /*extra_blocks=*/3, rng);
     at::Tensor q = at::randn({n_q, n_head, head_dim});
     expect_matches_reference(q, cache);
+  }
+}
+
+TEST_CASE("paged_attention reads each head's rows from its first row on (heads compacted toward the end)",
+          "[kernels]") {
+  const int block_size = GENERATE(4, 16);
+  const int n_q = GENERATE(1, 5);
+  for (int seed = 0; seed < 4; ++seed) {
+    CAPTURE(block_size, n_q, seed);
+    std::mt19937 rng(500 + seed);
+    at::manual_seed(seed);
+    std::uniform_int_distribution<int32_t> len_dist(n_q, 60), row_dist(0, block_size - 1);
+    std::vector<int32_t> lens(3), rows(3);
+    for (int h = 0; h < 3; ++h) {
+      lens[h] = len_dist(rng);
+      rows[h] = row_dist(rng);
+    }
+    rows[0] = block_size - 1;  // the last row of the first block: one entry there
+    RandomPagedCache cache(lens, 32, block_size, 2, rng, rows);
+    expect_matches_reference(at::randn({n_q, 6, 32}), cache);  // NaN rows before would show
   }
 }
 
@@ -248,6 +272,11 @@ TEST_CASE("paged_attention launcher rejects invalid inputs with a clear error", 
   bad = cache.view();
   bad.block_tables = null_ptrs.data();
   CHECK_THROWS_AS(paged_attention(q, bad, 1.0), std::invalid_argument);
+  // A first row past the block, or one that pushes the rows into a block the table lacks.
+  std::vector<int32_t> rows = {4, 0};
+  bad = cache.view();
+  bad.first_rows = rows.data();
+  CHECK_THROWS_WITH(paged_attention(q, bad, 1.0), Contains("first row 4"));
 }
 
 TEST_CASE("paged_attention stays exact for sharply peaked and for flat softmax", "[kernels]") {

@@ -77,6 +77,11 @@ void EvictionPlan::validate(const KvBookkeeping& kv) const {
 
 // --- KvBookkeeping -----------------------------------------------------------------------------
 
+int32_t KvBookkeeping::slot_of(const Stream& s, int32_t entry, int32_t bs) {
+  const int32_t p = s.start + entry;
+  return s.blocks[static_cast<size_t>(p / bs)] * bs + p % bs;
+}
+
 KvBookkeeping::KvBookkeeping(const KvGeometry& geometry, int32_t initial_blocks)
     : m_geometry(geometry), m_pool(initial_blocks) {
   TRIMKV_CHECK(geometry.n_layer > 0 && geometry.n_kv_head > 0 && geometry.head_dim > 0 &&
@@ -120,8 +125,7 @@ int32_t KvBookkeeping::slot(int il, int h, int32_t entry) const {
   TRIMKV_CHECK(entry >= 0 && entry < static_cast<int32_t>(s.entries.size()), Input,
                "KvBookkeeping::slot: entry ", entry, " outside [0, ", s.entries.size(),
                ") of layer ", il, " head ", h);
-  const int32_t bs = m_geometry.block_size;
-  return s.blocks[static_cast<size_t>(entry / bs)] * bs + entry % bs;
+  return slot_of(s, entry, m_geometry.block_size);
 }
 
 std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& token_indices,
@@ -148,7 +152,7 @@ std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& t
   // Slots are int32: refuse (before changing anything) growth that would overflow them.
   int64_t new_blocks = 0;
   for (int h = 0; h < n_kv_head; ++h) {
-    const int64_t len = static_cast<int64_t>(stream(il, h).entries.size());
+    const int64_t len = static_cast<int64_t>(stream(il, h).entries.size()) + stream(il, h).start;
     new_blocks += (len + static_cast<int64_t>(n) + bs - 1) / bs - (len + bs - 1) / bs;
   }
   int64_t capacity = m_pool.capacity();
@@ -161,14 +165,14 @@ std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& t
   for (int h = 0; h < n_kv_head; ++h) {
     Stream& s = m_streams[static_cast<size_t>(il * n_kv_head + h)];
     for (size_t t = 0; t < n; ++t) {
-      const int32_t e = static_cast<int32_t>(s.entries.size());
-      if (e % bs == 0) {
-        TRIMKV_ASSERT(static_cast<int32_t>(s.blocks.size()) == e / bs);
+      const int32_t p = s.start + static_cast<int32_t>(s.entries.size());  // row past the last entry
+      if (p % bs == 0) {
+        TRIMKV_ASSERT(static_cast<int32_t>(s.blocks.size()) == p / bs);
         s.blocks.push_back(m_pool.allocate().block_id);
       }
       const float lb = log_beta.empty() ? 0.0f : log_beta[t * static_cast<size_t>(n_kv_head) + h];
       s.entries.push_back(EntryMeta{token_indices[t], lb});
-      slots[t * static_cast<size_t>(n_kv_head) + h] = s.blocks.back() * bs + e % bs;
+      slots[t * static_cast<size_t>(n_kv_head) + h] = s.blocks.back() * bs + p % bs;
     }
   }
   m_total_entries += static_cast<int64_t>(n) * n_kv_head;
@@ -185,20 +189,54 @@ ApplyResult KvBookkeeping::apply(const EvictionPlan& plan) {
       result.stream_moves.push_back(result.moves.size());
       Stream& s = m_streams[static_cast<size_t>(il * m_geometry.n_kv_head + h)];
       const std::vector<int32_t>& keep = plan.keep(il, h);
+      const int32_t len = static_cast<int32_t>(s.entries.size());
       const int32_t n_keep = static_cast<int32_t>(keep.size());
-      // Compact in order: entry keep[j] moves to position j <= keep[j]. A move reads position
+      const int32_t shift = len - n_keep;  // entries dropped
+      result.n_evicted += shift;
+      m_total_entries -= shift;
+      if (n_keep == 0) {
+        for (int32_t b : s.blocks) m_pool.release(b);
+        result.n_blocks_freed += static_cast<int32_t>(s.blocks.size());
+        s.blocks.clear();
+        s.entries.clear();
+        s.start = 0;
+        continue;
+      }
+      // Rows each direction would move: toward the front keep[j] goes to j, toward the end to
+      // shift + j.
+      int32_t to_front = 0, to_back = 0;
+      for (int32_t j = 0; j < n_keep; ++j) {
+        to_front += keep[static_cast<size_t>(j)] != j;
+        to_back += keep[static_cast<size_t>(j)] != shift + j;
+      }
+      if (to_back < to_front) {
+        // From the last kept entry down: a move reads keep[j] < every position an earlier move
+        // (at j' > j, writing shift + j' > keep[j]) wrote.
+        for (int32_t j = n_keep - 1; j >= 0; --j) {
+          const int32_t src = keep[static_cast<size_t>(j)], dst = shift + j;
+          if (src == dst) continue;
+          s.entries[static_cast<size_t>(dst)] = s.entries[static_cast<size_t>(src)];
+          result.moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, dst, bs)});
+        }
+        s.entries.erase(s.entries.begin(), s.entries.begin() + shift);
+        const int32_t first = s.start + shift;
+        const int32_t n_free = first / bs;  // leading blocks holding no kept row
+        for (int32_t b = 0; b < n_free; ++b) m_pool.release(s.blocks[static_cast<size_t>(b)]);
+        result.n_blocks_freed += n_free;
+        s.blocks.erase(s.blocks.begin(), s.blocks.begin() + n_free);
+        s.start = first % bs;
+        continue;
+      }
+      // Toward the front: entry keep[j] moves to position j <= keep[j]. A move reads position
       // keep[j], which no earlier move (writing positions < j <= keep[j]) has touched.
       for (int32_t j = 0; j < n_keep; ++j) {
         const int32_t src = keep[static_cast<size_t>(j)];
         if (src == j) continue;
         s.entries[static_cast<size_t>(j)] = s.entries[static_cast<size_t>(src)];
-        result.moves.push_back(SlotMove{s.blocks[static_cast<size_t>(src / bs)] * bs + src % bs,
-                                        s.blocks[static_cast<size_t>(j / bs)] * bs + j % bs});
+        result.moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, j, bs)});
       }
-      result.n_evicted += static_cast<int64_t>(s.entries.size()) - n_keep;
-      m_total_entries -= static_cast<int64_t>(s.entries.size()) - n_keep;
       s.entries.resize(static_cast<size_t>(n_keep));
-      const size_t n_blocks_kept = static_cast<size_t>((n_keep + bs - 1) / bs);
+      const size_t n_blocks_kept = static_cast<size_t>((s.start + n_keep + bs - 1) / bs);
       for (size_t b = n_blocks_kept; b < s.blocks.size(); ++b) {
         m_pool.release(s.blocks[b]);
         ++result.n_blocks_freed;
@@ -214,6 +252,7 @@ void KvBookkeeping::clear() {
   for (Stream& s : m_streams) {
     s.blocks.clear();
     s.entries.clear();
+    s.start = 0;
   }
   m_pool.release_all();
   m_tokens.clear();
@@ -232,8 +271,10 @@ void KvBookkeeping::check_invariants() const {
     const Stream& s = m_streams[si];
     const int64_t len = static_cast<int64_t>(s.entries.size());
     entries += len;
-    TRIMKV_ASSERT(static_cast<int64_t>(s.blocks.size()) == (len + bs - 1) / bs, "stream ", si,
-                  " holds ", s.blocks.size(), " blocks for ", len, " entries");
+    TRIMKV_ASSERT(s.start >= 0 && s.start < bs && (len > 0 || s.start == 0), "stream ", si, " starts at row ",
+                  s.start, " with ", len, " entries (block size ", bs, ")");
+    TRIMKV_ASSERT(static_cast<int64_t>(s.blocks.size()) == (s.start + len + bs - 1) / bs, "stream ", si,
+                  " holds ", s.blocks.size(), " blocks for ", len, " entries from row ", s.start);
     for (int32_t b : s.blocks) {
       TRIMKV_ASSERT(b >= 0 && b < cap, "stream ", si, " holds block ", b, " outside the pool");
       TRIMKV_ASSERT(m_pool.is_used(b), "stream ", si, " holds free block ", b);

@@ -47,11 +47,13 @@ void KvCache::refresh_views() {
   const KvGeometry& g = geometry();
   m_view_tables.resize(static_cast<size_t>(g.n_streams()));
   m_view_lengths.resize(static_cast<size_t>(g.n_streams()));
+  m_view_first_rows.resize(static_cast<size_t>(g.n_streams()));
   for (int il = 0; il < g.n_layer; ++il) {
     for (int h = 0; h < g.n_kv_head; ++h) {
       const size_t s = static_cast<size_t>(il * g.n_kv_head + h);
       m_view_tables[s] = m_book.block_table(il, h).data();
       m_view_lengths[s] = m_book.length(il, h);
+      m_view_first_rows[s] = m_book.first_row(il, h);
     }
   }
 }
@@ -150,11 +152,15 @@ ApplyResult KvCache::apply(const EvictionPlan& plan) {
     at::parallel_for(0, static_cast<int64_t>(begin.size()) - 1, 4, [&](int64_t s0, int64_t s1) {
       for (uint8_t* base : bases) {
         for (size_t i = begin[static_cast<size_t>(s0)], end = begin[static_cast<size_t>(s1)]; i < end;) {
+          // A run ascends (compaction toward the front) or descends (toward the end); memmove
+          // copies an overlapping run as the one-by-one moves would.
+          const int32_t dir = i + 1 < end && mv[i + 1].src_slot == mv[i].src_slot - 1 ? -1 : 1;
           size_t n = 1;
-          while (i + n < end && mv[i + n].src_slot == mv[i].src_slot + static_cast<int32_t>(n) &&
-                 mv[i + n].dst_slot == mv[i].dst_slot + static_cast<int32_t>(n))
+          while (i + n < end && mv[i + n].src_slot == mv[i].src_slot + dir * static_cast<int32_t>(n) &&
+                 mv[i + n].dst_slot == mv[i].dst_slot + dir * static_cast<int32_t>(n))
             ++n;
-          std::memmove(base + static_cast<size_t>(mv[i].dst_slot) * row, base + static_cast<size_t>(mv[i].src_slot) * row,
+          const SlotMove& lo = dir > 0 ? mv[i] : mv[i + n - 1];
+          std::memmove(base + static_cast<size_t>(lo.dst_slot) * row, base + static_cast<size_t>(lo.src_slot) * row,
                        n * row);
           i += n;
         }
@@ -202,6 +208,7 @@ kernels::PagedKvView KvCache::layer_view(int il) const {
   view.n_kv_head = g.n_kv_head;
   view.block_tables = m_view_tables.data() + static_cast<size_t>(il) * g.n_kv_head;
   view.lengths = m_view_lengths.data() + static_cast<size_t>(il) * g.n_kv_head;
+  view.first_rows = m_view_first_rows.data() + static_cast<size_t>(il) * g.n_kv_head;
   return view;
 }
 

@@ -2,10 +2,11 @@
 // a block table, per-entry metadata in cache order, and the sequence's token stream. KvCache puts
 // tensor storage behind it; everything here is unit-tested on its own.
 //
-// Layout: stream (il, h) holds length(il, h) entries; entry e lives in slot
-//   block_table(il, h)[e / block_size] * block_size + e % block_size
-// of the shared pool, i.e. row e % block_size of that block. Each stream owns exactly
-// ceil(length / block_size) blocks, and every used block belongs to exactly one stream.
+// Layout: stream (il, h) holds length(il, h) entries from row r = first_row(il, h) of its first
+// block on (0 <= r < block_size; 0 for an empty stream): entry e lives in slot
+//   block_table(il, h)[(r + e) / block_size] * block_size + (r + e) % block_size
+// of the shared pool. Each stream owns exactly ceil((r + length) / block_size) blocks, and every
+// used block belongs to exactly one stream. r > 0 only after a compaction toward the end (apply).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,8 +25,10 @@ struct SlotMove {
 };
 
 struct ApplyResult {
-  // In the order given, dst_slot <= src_slot within a stream and no move reads a slot an earlier
-  // move wrote, so executing them one by one in place is safe (so is gather-then-scatter).
+  // Within a stream, in the order given, no move reads a slot an earlier move wrote, so executing
+  // them one by one in place is safe (so is gather-then-scatter). A stream compacted toward its
+  // front has dst_slot <= src_slot in ascending slot order; one compacted toward its end
+  // (apply) has dst_slot >= src_slot in descending order.
   std::vector<SlotMove> moves;
   // moves[stream_moves[s], stream_moves[s + 1]) are stream s's (il * n_kv_head + h); streams
   // touch disjoint slots, so their moves may run concurrently.
@@ -56,9 +59,12 @@ class KvBookkeeping {
   // same [n, n_kv_head] layout. Allocates blocks as needed (the pool may grow).
   std::vector<int32_t> append(int il, const std::vector<int32_t>& token_indices,
                               const std::vector<float>& log_beta = {});
-  // Keeps exactly the entries the plan lists, compacting each head to the front of its blocks in
-  // the listed order, and returns the tail blocks to the pool so each head keeps exactly
-  // ceil(kept / block_size) blocks. The plan is validated first (nothing changes on error).
+  // Keeps exactly the entries the plan lists, in the listed order (kept entry keep[j] becomes
+  // entry j), and returns the blocks no longer used to the pool. Each head is compacted toward
+  // whichever end of its rows moves fewer of them: toward the front (the tail blocks are freed),
+  // or, when mostly older entries went, toward the end (the head's first row moves on and the
+  // leading blocks are freed), so evicting the oldest entries moves no row at all. The plan is
+  // validated first (nothing changes on error).
   ApplyResult apply(const EvictionPlan& plan);
   // Drops every entry and token and returns every block to the pool (capacity is kept).
   void clear();
@@ -67,6 +73,7 @@ class KvBookkeeping {
   int32_t length(int il, int h) const { return static_cast<int32_t>(stream(il, h).entries.size()); }
   const std::vector<EntryMeta>& entries(int il, int h) const { return stream(il, h).entries; }
   const std::vector<int32_t>& block_table(int il, int h) const { return stream(il, h).blocks; }
+  int32_t first_row(int il, int h) const { return stream(il, h).start; }  // r in the layout above
   int32_t slot(int il, int h, int32_t entry) const;  // checked
   int64_t total_entries() const { return m_total_entries; }
   int32_t n_blocks_used() const { return m_pool.n_used(); }
@@ -78,11 +85,13 @@ class KvBookkeeping {
 
  private:
   struct Stream {
-    std::vector<int32_t> blocks;     // [ceil(len / block_size)] block ids
+    std::vector<int32_t> blocks;     // [ceil((start + len) / block_size)] block ids
     std::vector<EntryMeta> entries;  // [len] in cache order
+    int32_t start = 0;               // row of entry 0 in blocks[0]
   };
   Stream& stream(int il, int h);
   const Stream& stream(int il, int h) const;
+  static int32_t slot_of(const Stream& s, int32_t entry, int32_t block_size);
 
   KvGeometry m_geometry;
   BlockPool m_pool;

@@ -83,9 +83,11 @@ class KvCache {
   at::TensorOptions m_options;
   at::Tensor m_k;  // [capacity_blocks, block_size, head_dim]
   at::Tensor m_v;  // [capacity_blocks, block_size, head_dim]
-  // Per stream (il * n_kv_head + h): block table pointer and length, as layer_view() hands out.
+  // Per stream (il * n_kv_head + h): block table pointer, length and first row, as layer_view()
+  // hands out.
   std::vector<const int32_t*> m_view_tables;  // [n_layer * n_kv_head]
   std::vector<int32_t> m_view_lengths;        // [n_layer * n_kv_head]
+  std::vector<int32_t> m_view_first_rows;     // [n_layer * n_kv_head]
 };
 
 }  // namespace trimkv

@@ -2,8 +2,9 @@
 //
 // Layout. K and V live in two pools of fixed-size blocks, [n_blocks, block_size, head_dim]. Each
 // KV head h is its own variable-length sequence: lengths[h] entries, stored densely in the blocks
-// listed by block_tables[h] (entry e sits in row e % block_size of block block_tables[h][e /
-// block_size]). The order of entries inside a head does not matter to attention (keys carry RoPE
+// listed by block_tables[h] from row r = first_rows[h] of the first one on (entry e sits in row
+// (r + e) % block_size of block block_tables[h][(r + e) / block_size]; r = 0 when first_rows is
+// null). The order of entries inside a head does not matter to attention (keys carry RoPE
 // from their original positions), except for the causal rule below.
 //
 // Causality (bottom-right aligned). The last n_q entries of every head are the n_q new tokens,
@@ -42,10 +43,12 @@ struct PagedKvView {
   int block_size = 0;
   int head_dim = 0;
   int n_kv_head = 0;
-  const int32_t* const* block_tables = nullptr;  // [n_kv_head] -> [ceil(lengths[h] / block_size)]
+  const int32_t* const* block_tables = nullptr;  // [n_kv_head] -> [ceil((r + lengths[h]) / block_size)]
   const int32_t* lengths = nullptr;              // [n_kv_head], entries per KV head
+  const int32_t* first_rows = nullptr;           // [n_kv_head], r in [0, block_size), or null (all 0)
 
   int32_t max_length() const;
+  int32_t first_row(int h) const { return first_rows ? first_rows[h] : 0; }
 };
 
 // Raw parameters of one attention call. Strides are in elements; the head_dim axis of q and out
