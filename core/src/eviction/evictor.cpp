@@ -112,6 +112,7 @@ void Evictor::compress(KvCache& cache, const std::string& phase) {
   ev.phase = phase;
   ev.entries_before = kv.total_entries();
   ev.heads.resize(static_cast<size_t>(g.n_streams()));
+  const std::vector<TokenInfo>& tokens = kv.tokens();  // every entry's token is registered
   for (int il = 0; il < g.n_layer; ++il)
     for (int h = 0; h < g.n_kv_head; ++h) {
       HeadEviction& he = ev.heads[static_cast<size_t>(il * g.n_kv_head + h)];
@@ -119,7 +120,7 @@ void Evictor::compress(KvCache& cache, const std::string& phase) {
       const auto& keep = plan.keep(il, h);
       size_t j = 0;
       for (size_t e = 0; e < entries.size(); ++e) {
-        const Modality m = kv.token(entries[e].token_index).modality;
+        const Modality m = tokens[static_cast<size_t>(entries[e].token_index)].modality;
         if (j < keep.size() && keep[j] == static_cast<int32_t>(e)) {
           he.kept.add(m);
           ++j;
