@@ -5,11 +5,11 @@
 // ~2.5-3x the float32 sgemm at 2 threads (measured: 1024x768x3072 in 8.4 ms vs 22 ms). On
 // every other CPU (AVX-512-BF16 without AMX, AVX-512, AVX2) oneDNN's bf16 matmul is slower than
 // its sgemm, so it is used only where the implementation oneDNN picks is an AMX one.
-// Products accumulate in float32. A bf16 matrix keeps float32-class accuracy: each activation
-// row is split into two bf16 rows, hi = bf16(x) and lo = bf16(x - hi) (x - hi - lo is within
-// 2^-18 |x|), both multiplied in one GEMM of twice the rows (measured 1.2-2x the time of one,
-// still faster than the sgemm) and summed. For q8 / q4 matrices, whose own rounding is far
-// coarser, activations are rounded to bf16 once (llama.cpp rounds them to 8 bits there).
+// Products accumulate in float32; the activations are rounded to bf16 (what transformers' bf16
+// models and llama.cpp's bf16 matmuls do; llama.cpp rounds them to 8 bits for q8_0 / q4_0). A
+// split into two bf16 parts (hi + lo, float32-class accuracy) was measured: at the decoder's and
+// the towers' shapes two-part GEMMs ran 1.0-1.3x the sgemm, so where float32-class activations
+// are wanted the sgemm stays.
 #pragma once
 #include <cstdint>
 
@@ -24,8 +24,6 @@ bool set_amx_bf16_gemm(bool on);
 
 // float32 -> bfloat16, round to nearest even (c10::BFloat16's rounding; NaN stays NaN).
 void narrow_row_bf16(const float* x, uint16_t* y, int64_t n);
-// x -> hi = bf16(x), lo = bf16(x - hi) (lo = 0 where x is not finite).
-void split_row_bf16(const float* x, uint16_t* hi, uint16_t* lo, int64_t n);
 
 // y[r, o] (row stride ldy) = x[r, :] · w[o, :] (+ b[o]) for r < n, o < out: x [n, in] bf16
 // contiguous, w [out, in] bf16 with row stride ldw, b float32 [out] or null, y float32.

@@ -24,30 +24,12 @@ inline uint16_t to_bf16(float f) {
   return static_cast<uint16_t>(nan ? 0x7fc0u : rounded);
 }
 
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = uint32_t{h} << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 }  // namespace
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void narrow_row_bf16(const float* x, uint16_t* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);
-}
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-void split_row_bf16(const float* x, uint16_t* hi, uint16_t* lo, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    const uint16_t h = to_bf16(x[i]);
-    const float rest = x[i] - from_bf16(h);
-    hi[i] = h;
-    lo[i] = rest == rest ? to_bf16(rest) : uint16_t{0};  // inf - inf, NaN: hi carries it
-  }
 }
 
 #ifdef TRIMKV_HAVE_DNNL

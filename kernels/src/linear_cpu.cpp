@@ -129,11 +129,12 @@ void sgemm_into(const at::Tensor& x, const at::Tensor& w, const float* b, float*
 // full speed, small enough to stay in the caches (~1 MiB).
 int64_t panel_rows(int64_t in) { return std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(in, 1)); }
 
-// Where the CPU has AMX (gemm_bf16.h): bf16 matrices are multiplied as they are stored (the
-// activations split in two bf16 parts), q8_0 / q4_0 ones one bf16 panel at a time (activations
-// rounded once); f16 matrices keep float32 panels (bf16 would drop three of their mantissa bits).
-bool gemm_in_bf16(WeightFormat f) {
-  return (f == WeightFormat::BF16 || f == WeightFormat::Q8_0 || f == WeightFormat::Q4_0) && amx_bf16_gemm();
+// Where the CPU has AMX (gemm_bf16.h): q8_0 / q4_0 matrices are multiplied one bf16 panel at a
+// time, bf16 ones as they are stored when the caller lets the activations be rounded; f16
+// matrices keep float32 panels (bf16 would drop three of their mantissa bits).
+bool gemm_in_bf16(WeightFormat f, Activations a) {
+  const bool quantized = f == WeightFormat::Q8_0 || f == WeightFormat::Q4_0;
+  return (quantized || (f == WeightFormat::BF16 && a == Activations::Bf16)) && amx_bf16_gemm();
 }
 
 // Rows [o0, o1) of a quantised matrix as bf16 [o1 - o0, in].
@@ -151,29 +152,14 @@ void bf16_panel(WeightFormat f, const uint8_t* w, int64_t row_bytes, int64_t in,
 void gemm_bf16(const at::Tensor& x, const at::Tensor& w, WeightFormat f, const float* b, float* y) {
   const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
   const float* xs = x.data_ptr<float>();
-  if (f == WeightFormat::BF16) {
-    // Rows [0, n) hold bf16(x), rows [n, 2n) the remainder (gemm_bf16.h): one GEMM, then y = top + bottom.
-    const std::unique_ptr<uint16_t[]> xb(new uint16_t[static_cast<size_t>(2 * n * in)]);
-    at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) split_row_bf16(xs + r * in, xb.get() + r * in, xb.get() + (n + r) * in, in);
-    });
-    const std::unique_ptr<float[]> parts(new float[static_cast<size_t>(2 * n * out)]);
-    gemm_bf16_into(xb.get(), 2 * n, in, static_cast<const uint16_t*>(w.data_ptr()), in, out, nullptr, parts.get(), out);
-    at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* hi = parts.get() + r * out;
-        const float* lo = parts.get() + (n + r) * out;
-        float* yr = y + r * out;
-#pragma omp simd
-        for (int64_t o = 0; o < out; ++o) yr[o] = (b ? b[o] : 0.0f) + (hi[o] + lo[o]);
-      }
-    });
-    return;
-  }
   const std::unique_ptr<uint16_t[]> xb(new uint16_t[static_cast<size_t>(n * in)]);
   at::parallel_for(0, n, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) narrow_row_bf16(xs + r * in, xb.get() + r * in, in);
   });
+  if (f == WeightFormat::BF16) {
+    gemm_bf16_into(xb.get(), n, in, static_cast<const uint16_t*>(w.data_ptr()), in, out, b, y, out);
+    return;
+  }
   const int64_t step = panel_rows(in), row_bytes = weight_bytes(w) / std::max<int64_t>(1, out);
   const std::unique_ptr<uint16_t[]> panel(new uint16_t[static_cast<size_t>(std::min(step, out) * in)]);
   for (int64_t o0 = 0; o0 < out; o0 += step) {
@@ -185,17 +171,17 @@ void gemm_bf16(const at::Tensor& x, const at::Tensor& w, WeightFormat f, const f
 
 }  // namespace
 
-bool prefill_gemm_bf16(WeightFormat f) { return gemm_in_bf16(f); }
+bool prefill_gemm_bf16(WeightFormat f, Activations a) { return gemm_in_bf16(f, a); }
 bool set_prefill_gemm_bf16(bool on) { return set_amx_bf16_gemm(on); }
 
-at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Activations a) {
   check_operands(x, w, b);
   const WeightFormat f = format_of(w);
   at::Tensor xc = x.contiguous();
   const int64_t n = x.size(0), out = w.size(0);
   at::Tensor y = at::empty({n, out}, x.options());
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  if (gemm_in_bf16(f)) {
+  if (gemm_in_bf16(f, a)) {
     gemm_bf16(xc, w, f, bp, y.data_ptr<float>());
     return y;
   }
@@ -215,11 +201,11 @@ at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return y;
 }
 
-at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Activations a) {
   const bool grad = x.requires_grad() || w.requires_grad() || (b.defined() && b.requires_grad());
   const bool plain = x.dim() == 2 && x.device().is_cpu() && x.scalar_type() == at::kFloat && w.is_contiguous() && !grad;
   if (plain && x.size(0) <= kSmallBatchRows) return linear_rows(x, w, b);
-  if (plain) return linear_gemm(x, w, b);
+  if (plain) return linear_gemm(x, w, b, a);
   // A stored low-precision matrix is unpacked for at::linear; other dtypes (float64 in
   // gradient checks) go as they are.
   const at::Tensor wf = is_low_precision(w) ? unpack_weight(w).to(x.scalar_type()) : w;

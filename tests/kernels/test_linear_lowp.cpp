@@ -150,12 +150,12 @@ TEST_CASE("Low-precision prefill: the panel GEMM equals the float32 GEMM of the 
     const at::Tensor x = at::randn({37, 320});
     const at::Tensor y = linear_gemm(x, w, b);
     const at::Tensor want = at::linear(x, unpack_weight(w), b);
-    if (prefill_gemm_bf16(f) && f != WeightFormat::BF16) {
+    if (prefill_gemm_bf16(f)) {
       // AMX, quantised matrix: both operands rounded to bf16, products summed in float32.
       const at::Tensor want16 = at::linear(bf16_rounded(x), bf16_rounded(unpack_weight(w)), b);
       REQUIRE((y - want16).abs().max().item<double>() < 1e-4);
     } else {
-      // float32 panels, or a bf16 matrix times split activations: the float32 GEMM's numbers.
+      // float32 panels (a bf16 matrix under Activations::Exact too): the float32 GEMM's numbers.
       REQUIRE((y - want).abs().max().item<double>() < 1e-4);
     }
     // linear_auto: small batches through the GEMV, large through the GEMM, autograd through at::linear.
@@ -170,14 +170,23 @@ TEST_CASE("Low-precision prefill: the panel GEMM equals the float32 GEMM of the 
 
 TEST_CASE("bf16 prefill GEMM: odd shapes, with and without bias, match the float32 GEMM of the rounded operands",
           "[kernels][lowp][bf16-gemm]") {
-  if (!prefill_gemm_bf16(WeightFormat::BF16)) {
+  if (!prefill_gemm_bf16(WeightFormat::Q8_0)) {
     // Not an AMX CPU (or TRIMKV_BF16_GEMM=0): every format keeps float32 panels.
-    for (WeightFormat f : kLowp) REQUIRE_FALSE(prefill_gemm_bf16(f));
+    for (WeightFormat f : kLowp) {
+      REQUIRE_FALSE(prefill_gemm_bf16(f));
+      REQUIRE_FALSE(prefill_gemm_bf16(f, Activations::Bf16));
+    }
     WARN("no AMX bf16 GEMM on this CPU: only the float32 panel path was tested");
     return;
   }
-  REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::F16));
-  REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::F32));
+  // bf16 matrices only when the caller lets the activations be rounded; never f16 / f32.
+  REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::BF16));
+  REQUIRE(prefill_gemm_bf16(WeightFormat::BF16, Activations::Bf16));
+  REQUIRE(prefill_gemm_bf16(WeightFormat::Q4_0));
+  for (Activations a : {Activations::Exact, Activations::Bf16}) {
+    REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::F16, a));
+    REQUIRE_FALSE(prefill_gemm_bf16(WeightFormat::F32, a));
+  }
   at::manual_seed(11);
   for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Q8_0, WeightFormat::Q4_0}) {
     for (int64_t n : {5, 17, 300}) {
@@ -187,25 +196,23 @@ TEST_CASE("bf16 prefill GEMM: odd shapes, with and without bias, match the float
           const at::Tensor w = pack_weight(at::randn({out, 96}) * 0.1, f);
           const at::Tensor x = at::randn({n, 96});
           const at::Tensor b = bias ? at::randn({out}) : at::Tensor();
-          const at::Tensor y = linear_gemm(x, w, b);
-          // bf16: activations split in two bf16 parts, the float32 GEMM's accuracy; q8 / q4:
-          // rounded once.
-          const at::Tensor xr = f == WeightFormat::BF16 ? x : bf16_rounded(x);
-          const at::Tensor want = at::linear(xr, bf16_rounded(unpack_weight(w)), b);
+          const at::Tensor y = linear_gemm(x, w, b, Activations::Bf16);
+          const at::Tensor want = at::linear(bf16_rounded(x), bf16_rounded(unpack_weight(w)), b);
           REQUIRE((y - want).abs().max().item<double>() < 1e-4);
-          REQUIRE((y - at::linear(x, unpack_weight(w), b)).abs().max().item<double>() <
-                  (f == WeightFormat::BF16 ? 1e-4 : 1.0));
+          // Exact keeps a bf16 matrix's product in float32 activations.
+          if (f == WeightFormat::BF16)
+            REQUIRE((linear_gemm(x, w, b) - at::linear(x, unpack_weight(w), b)).abs().max().item<double>() < 1e-4);
         }
       }
     }
   }
-  // Non-finite activations stay non-finite (no silent zeros), in both activation schemes.
+  // Non-finite activations stay non-finite (no silent zeros).
   for (WeightFormat f : {WeightFormat::BF16, WeightFormat::Q8_0}) {
     const at::Tensor w = pack_weight(at::randn({8, 64}), f);
     at::Tensor x = at::randn({6, 64});
     x[2][5] = std::numeric_limits<float>::quiet_NaN();
     x[4][7] = std::numeric_limits<float>::infinity();
-    const at::Tensor y = linear_gemm(x, w);
+    const at::Tensor y = linear_gemm(x, w, {}, Activations::Bf16);
     REQUIRE(y[2].isnan().all().item<bool>());
     REQUIRE_FALSE(y[4].isfinite().any().item<bool>());
     REQUIRE_FALSE(y[1].isnan().any().item<bool>());

@@ -43,6 +43,10 @@ at::Tensor hold_tower_matrix(at::Tensor w, kernels::WeightFormat format) {
   return kernels::pack_weight(w, kernels::format_fits(format, w.size(1)) ? format : kernels::WeightFormat::BF16);
 }
 
+at::Tensor tower_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
+  return kernels::linear_auto(x, w, b, kernels::Activations::Bf16);
+}
+
 void check_vit_activation(const std::string& act, const std::string& where) {
   TRIMKV_CHECK(act == "gelu_pytorch_tanh" || act == "gelu_new" || act == "gelu" || act == "quick_gelu" ||
                    act == "silu",
@@ -121,12 +125,12 @@ at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitCon
                      VitAttentionStats* stats) {
   const int64_t n = x.size(0), d = cfg.hidden_size, nh = cfg.n_head, hd = cfg.head_dim();
   at::Tensor h = at::layer_norm(x, {d}, w.ln1_w, w.ln1_b, cfg.layer_norm_eps);
-  const at::Tensor qkv = kernels::linear_auto(h, w.w_qkv, w.b_qkv).view({n, 3, nh, hd});  // [n, 3, nh, hd]
+  const at::Tensor qkv = tower_linear(h, w.w_qkv, w.b_qkv).view({n, 3, nh, hd});  // [n, 3, nh, hd]
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   const at::Tensor attn = bidirectional_attention(qkv.select(1, 0), qkv.select(1, 1), qkv.select(1, 2), scale, stats);
-  at::Tensor y = x + kernels::linear_auto(attn, w.w_o, w.b_o);
+  at::Tensor y = x + tower_linear(attn, w.w_o, w.b_o);
   at::Tensor m = at::layer_norm(y, {d}, w.ln2_w, w.ln2_b, cfg.layer_norm_eps);
-  m = kernels::linear_auto(vit_activation(kernels::linear_auto(m, w.w_fc1, w.b_fc1), cfg.hidden_act),
+  m = tower_linear(vit_activation(tower_linear(m, w.w_fc1, w.b_fc1), cfg.hidden_act),
                            w.w_fc2, w.b_fc2);
   return y + m;
 }
@@ -137,7 +141,7 @@ at::Tensor patch_embed(const at::Tensor& pixels, const at::Tensor& w_flat, const
   TRIMKV_ASSERT(pixels.size(2) == s && s % p == 0);
   // [C, g, p, g, p] -> [g, g, C, p, p]: one row per patch, in the conv weight's (c, kh, kw) order.
   at::Tensor patches = pixels.reshape({c, g, p, g, p}).permute({1, 3, 0, 2, 4}).reshape({g * g, c * p * p});
-  return kernels::linear_auto(patches.contiguous(), w_flat, b);
+  return tower_linear(patches.contiguous(), w_flat, b);
 }
 
 at::Tensor patch_embed_batched(const at::Tensor& pixels, const at::Tensor& w_flat, const at::Tensor& b,

@@ -426,7 +426,7 @@ at::Tensor Idefics3Vision::connector(const at::Tensor& hidden) const {
   const int64_t n = hidden.size(0);
   at::Tensor shuffled = vision::pixel_shuffle(hidden, m_cfg.scale_factor);  // [N, seq, D*s^2]
   const int64_t seq = shuffled.size(1);
-  return kernels::linear_auto(shuffled.reshape({n * seq, shuffled.size(2)}).contiguous(), m_w.proj)
+  return tower_linear(shuffled.reshape({n * seq, shuffled.size(2)}).contiguous(), m_w.proj)
       .view({n, seq, m_cfg.text_hidden_size});
 }
 

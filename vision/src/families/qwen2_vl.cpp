@@ -109,8 +109,8 @@ at::Tensor merge(const QwenVisionTower::Merger& m, const at::Tensor& x, int64_t 
   const at::Tensor side_by_side = m.norm_after_shuffle
                                       ? layer_norm_or_rms(x.reshape({units, -1}), m.norm_w, m.norm_b)
                                       : layer_norm_or_rms(x, m.norm_w, m.norm_b).reshape({units, -1});
-  const at::Tensor mid = at::gelu(kernels::linear_auto(side_by_side.contiguous(), m.fc1_w, m.fc1_b));
-  return kernels::linear_auto(mid, m.fc2_w, m.fc2_b);
+  const at::Tensor mid = at::gelu(tower_linear(side_by_side.contiguous(), m.fc1_w, m.fc1_b));
+  return tower_linear(mid, m.fc2_w, m.fc2_b);
 }
 
 }  // namespace
@@ -367,7 +367,7 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
   const RopeTables rope{angles.cos(), angles.sin()};
   const std::vector<int64_t> whole = {0, s};
 
-  at::Tensor x = kernels::linear_auto(patches.to(at::kFloat).index_select(0, perm).contiguous(), m_w.patch_w, m_w.patch_b);
+  at::Tensor x = tower_linear(patches.to(at::kFloat).index_select(0, perm).contiguous(), m_w.patch_w, m_w.patch_b);
   if (m_w.pos_embed.defined())  // Qwen3: learned positions resampled to this grid
     x = x + qwen3_vl_position_embeddings(m_w.pos_embed, grid_h, grid_w, m).index_select(0, perm);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
@@ -377,7 +377,7 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
     if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
     const Block& b = m_w.blocks[static_cast<size_t>(ib)];
     const at::Tensor h = layer_norm_or_rms(x, b.norm1_w, b.norm1_b);
-    const at::Tensor qkv = kernels::linear_auto(h, b.w_qkv, b.b_qkv).view({s, 3, nh, hd});
+    const at::Tensor qkv = tower_linear(h, b.w_qkv, b.b_qkv).view({s, 3, nh, hd});
     const at::Tensor q = apply_rope(qkv.select(1, 0), rope), k = apply_rope(qkv.select(1, 1), rope);
     const at::Tensor v = qkv.select(1, 2);
     const std::vector<int64_t>& bounds = c.full_attention(ib) ? whole : window_bounds;
@@ -397,16 +397,16 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
       stats.received = at::cat(received, 0);
       stats.keys = at::cat(keys, 0);
     }
-    x = x + kernels::linear_auto(outs.size() == 1 ? outs[0] : at::cat(outs, 0), b.w_proj, b.b_proj);
+    x = x + tower_linear(outs.size() == 1 ? outs[0] : at::cat(outs, 0), b.w_proj, b.b_proj);
     const at::Tensor h2 = layer_norm_or_rms(x, b.norm2_w, b.norm2_b);
-    at::Tensor mid = kernels::linear_auto(h2, b.w_fc1, b.b_fc1);
+    at::Tensor mid = tower_linear(h2, b.w_fc1, b.b_fc1);
     if (c.kind != QwenVisionKind::Qwen2_5) {
       mid = vit_activation(mid, c.hidden_act);
     } else {
       const int64_t f = c.mlp_hidden;
       mid = vit_activation(mid.narrow(1, 0, f), c.hidden_act) * mid.narrow(1, f, f);
     }
-    x = x + kernels::linear_auto(mid.contiguous(), b.w_fc2, b.b_fc2);
+    x = x + tower_linear(mid.contiguous(), b.w_fc2, b.b_fc2);
     for (size_t j = 0; j < c.deepstack_visual_indexes.size(); ++j)  // Qwen3: this block feeds deepstack j
       if (c.deepstack_visual_indexes[j] == ib) deep[j] = merge(m_w.deepstack[j], x, units);
   }

@@ -23,6 +23,13 @@ namespace trimkv::kernels {
 // Rows of x up to which linear_rows() is used by linear_auto().
 constexpr int64_t kSmallBatchRows = 4;
 
+// How a prefill GEMM may treat the activations of a bf16 matrix: Exact keeps float32 activations
+// (the sgemm on float32 panels: the text decoder, whose bf16 logits must stay within 2e-2 of
+// float32), Bf16 lets them be rounded to bf16 where the CPU has AMX (the vision towers, as
+// transformers' bf16 towers compute). q8 / q4 matrices round them to bf16 under either (their
+// own rounding is far coarser; llama.cpp rounds them to 8 bits).
+enum class Activations { Exact, Bf16 };
+
 // Raw view: x [n, in] (row stride x_stride), w [out, in] contiguous, b [out] or null,
 // y [n, out] (row stride y_stride). No validation.
 void linear_rows_cpu(const float* x, int64_t x_stride, const float* w, const float* b, float* y,
@@ -39,18 +46,20 @@ void linear_rows_into(const at::Tensor& w, const float* x, int64_t x_stride, con
 at::Tensor linear_rows(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
 
 // Matrix-matrix product for prefill-sized batches: oneDNN's sgemm when the build found oneDNN
-// (it dispatches on the CPU's instruction sets, not its model name), at::linear otherwise.
-// Same contract as linear_rows(); no autograd.
-at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+// (it dispatches on the CPU's instruction sets, not its model name), at::linear otherwise; its
+// bf16 matmul on AMX where prefill_gemm_bf16(format, a). Same contract as linear_rows(); no
+// autograd.
+at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
+                       Activations a = Activations::Exact);
 bool have_fast_gemm();  // whether linear_gemm() uses oneDNN
-// Whether linear_gemm() multiplies matrices of format f in bfloat16 on this CPU: bf16, q8 and q4
-// matrices where oneDNN has an AMX implementation (products summed in float32; a bf16 matrix's
-// activations are split into two bf16 parts, which keeps float32-class accuracy; q8 / q4 ones
-// are rounded to bf16 once). The environment variable TRIMKV_BF16_GEMM=0 turns it off.
-// Elsewhere, and for f16 matrices, panels are widened to float32 for the sgemm.
-bool prefill_gemm_bf16(WeightFormat f);
+
+// Whether linear_gemm() multiplies matrices of format f in bfloat16 on this CPU: where oneDNN has
+// an AMX implementation, q8 and q4 matrices, and bf16 ones under Activations::Bf16 (products
+// summed in float32). The environment variable TRIMKV_BF16_GEMM=0 turns it off. Elsewhere, and
+// for f16 matrices, panels are widened to float32 for the sgemm.
+bool prefill_gemm_bf16(WeightFormat f, Activations a = Activations::Exact);
 // For tests and benchmarks: turn that path on (where the CPU has it) or off; returns
-// prefill_gemm_bf16(WeightFormat::BF16) afterwards.
+// prefill_gemm_bf16(WeightFormat::Q8_0) afterwards.
 bool set_prefill_gemm_bf16(bool on);
 // The instruction set the low-precision kernels use on this CPU ("avx512+vnni", "avx2+fma+f16c",
 // "portable").
@@ -62,6 +71,7 @@ bool force_lowp_kernel_isa(const std::string& name);
 
 // Without autograd: linear_rows() for n <= kSmallBatchRows rows, linear_gemm() above;
 // with autograd (training): at::linear (a low-precision w converted to float32 first).
-at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
+                       Activations a = Activations::Exact);
 
 }  // namespace trimkv::kernels

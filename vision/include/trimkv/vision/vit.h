@@ -61,6 +61,12 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
 // where the format cannot hold its width; float32 returns it as it is (what training needs).
 at::Tensor hold_tower_matrix(at::Tensor w, kernels::WeightFormat format);
 
+// y = x wᵀ (+ b) for a tower's own matrices (patch embedding, blocks, connectors): like the text
+// decoder's products, except that a bf16 matrix may multiply bf16-rounded activations where the
+// CPU has AMX (kernels::Activations::Bf16: as transformers' bf16 towers compute, ~2.5x the sgemm
+// at tile sizes). float32, f16 and quantised matrices behave as in the decoder.
+at::Tensor tower_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {});
+
 // Error{Unsupported} naming `where` for an activation the blocks do not implement.
 void check_vit_activation(const std::string& act, const std::string& where);
 
