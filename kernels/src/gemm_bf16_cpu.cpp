@@ -36,49 +36,45 @@ void narrow_row_bf16(const float* x, uint16_t* y, int64_t n) {
 
 namespace {
 
+// Owns one oneDNN handle (engine, stream, descriptor, primitive, memory).
+template <class T, dnnl_status_t (*Destroy)(T)>
+struct Handle {
+  T h = nullptr;
+  Handle() = default;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  ~Handle() {
+    if (h) Destroy(h);
+  }
+};
+
 // One CPU engine for the process; a stream per calling thread (oneDNN streams are not meant to be
 // shared between threads that execute at the same time).
-struct Engine {
-  dnnl_engine_t engine = nullptr;
-  Engine() {
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) engine = nullptr;
-  }
-  ~Engine() {
-    if (engine) dnnl_engine_destroy(engine);
-  }
-};
-
 dnnl_engine_t engine() {
-  static Engine e;
-  return e.engine;
+  static Handle<dnnl_engine_t, dnnl_engine_destroy> e;
+  static const bool made = [] {
+    if (dnnl_engine_create(&e.h, dnnl_cpu, 0) == dnnl_success) return true;
+    e.h = nullptr;
+    return false;
+  }();
+  return made ? e.h : nullptr;
 }
-
-struct Stream {
-  dnnl_stream_t stream = nullptr;
-  Stream() {
-    if (engine() && dnnl_stream_create(&stream, engine(), dnnl_stream_default_flags) != dnnl_success) stream = nullptr;
-  }
-  ~Stream() {
-    if (stream) dnnl_stream_destroy(stream);
-  }
-};
 
 dnnl_stream_t stream() {
-  thread_local Stream s;
-  return s.stream;
+  thread_local Handle<dnnl_stream_t, dnnl_stream_destroy> s;
+  thread_local const bool made = [] {
+    if (engine() && dnnl_stream_create(&s.h, engine(), dnnl_stream_default_flags) == dnnl_success) return true;
+    s.h = nullptr;
+    return false;
+  }();
+  return made ? s.h : nullptr;
 }
 
-// Releases the oneDNN objects of one call however it ends.
+// The oneDNN objects of one call, released however it ends (memory first, the descriptor last).
 struct Owned {
-  dnnl_primitive_desc_t pd = nullptr;
-  dnnl_primitive_t prim = nullptr;
-  dnnl_memory_t mem[4] = {nullptr, nullptr, nullptr, nullptr};
-  ~Owned() {
-    for (dnnl_memory_t m : mem)
-      if (m) dnnl_memory_destroy(m);
-    if (prim) dnnl_primitive_destroy(prim);
-    if (pd) dnnl_primitive_desc_destroy(pd);
-  }
+  Handle<dnnl_primitive_desc_t, dnnl_primitive_desc_destroy> pd;
+  Handle<dnnl_primitive_t, dnnl_primitive_destroy> prim;
+  Handle<dnnl_memory_t, dnnl_memory_destroy> mem[4];
 };
 
 void ok(dnnl_status_t st, const char* what) {
@@ -98,7 +94,7 @@ void make_pd(Owned& o, int64_t n, int64_t in, int64_t ldw, int64_t out, int64_t 
   if (bias) ok(dnnl_memory_desc_init_by_strides(&md[3], 2, bd, dnnl_f32, bs), "bias descriptor");
   dnnl_matmul_desc_t desc;
   ok(dnnl_matmul_desc_init(&desc, &md[0], &md[1], bias ? &md[3] : nullptr, &md[2]), "matmul descriptor");
-  ok(dnnl_primitive_desc_create(&o.pd, &desc, nullptr, engine(), nullptr), "matmul implementation");
+  ok(dnnl_primitive_desc_create(&o.pd.h, &desc, nullptr, engine(), nullptr), "matmul implementation");
 }
 
 bool probe_amx() {
@@ -112,7 +108,7 @@ bool probe_amx() {
     dnnl_memory_desc_t md[4];
     make_pd(o, 64, 64, 64, 64, 64, true, md);
     const char* impl = nullptr;
-    ok(dnnl_primitive_desc_query(o.pd, dnnl_query_impl_info_str, 0, &impl), "implementation query");
+    ok(dnnl_primitive_desc_query(o.pd.h, dnnl_query_impl_info_str, 0, &impl), "implementation query");
     return impl && std::strstr(impl, "amx") != nullptr;
   } catch (const std::runtime_error&) {
     return false;
@@ -143,18 +139,18 @@ void gemm_bf16_into(const uint16_t* x, int64_t n, int64_t in, const uint16_t* w,
   Owned o;
   dnnl_memory_desc_t md[4];
   make_pd(o, n, in, ldw, out, ldy, b != nullptr, md);
-  ok(dnnl_primitive_create(&o.prim, o.pd), "primitive");
+  ok(dnnl_primitive_create(&o.prim.h, o.pd.h), "primitive");
   // oneDNN takes non-const handles; it only reads the source, weights and bias.
-  ok(dnnl_memory_create(&o.mem[0], &md[0], engine(), const_cast<uint16_t*>(x)), "source memory");
-  ok(dnnl_memory_create(&o.mem[1], &md[1], engine(), const_cast<uint16_t*>(w)), "weight memory");
-  ok(dnnl_memory_create(&o.mem[2], &md[2], engine(), y), "destination memory");
+  ok(dnnl_memory_create(&o.mem[0].h, &md[0], engine(), const_cast<uint16_t*>(x)), "source memory");
+  ok(dnnl_memory_create(&o.mem[1].h, &md[1], engine(), const_cast<uint16_t*>(w)), "weight memory");
+  ok(dnnl_memory_create(&o.mem[2].h, &md[2], engine(), y), "destination memory");
   int nargs = 3;
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, o.mem[0]}, {DNNL_ARG_WEIGHTS, o.mem[1]}, {DNNL_ARG_DST, o.mem[2]}, {}};
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, o.mem[0].h}, {DNNL_ARG_WEIGHTS, o.mem[1].h}, {DNNL_ARG_DST, o.mem[2].h}, {}};
   if (b) {
-    ok(dnnl_memory_create(&o.mem[3], &md[3], engine(), const_cast<float*>(b)), "bias memory");
-    args[nargs++] = {DNNL_ARG_BIAS, o.mem[3]};
+    ok(dnnl_memory_create(&o.mem[3].h, &md[3], engine(), const_cast<float*>(b)), "bias memory");
+    args[nargs++] = {DNNL_ARG_BIAS, o.mem[3].h};
   }
-  ok(dnnl_primitive_execute(o.prim, stream(), nargs, args), "execution");
+  ok(dnnl_primitive_execute(o.prim.h, stream(), nargs, args), "execution");
   ok(dnnl_stream_wait(stream()), "stream wait");
 }
 

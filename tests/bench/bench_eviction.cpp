@@ -8,7 +8,7 @@
 // Decode step times are measured on caches filled with random K/V (decode cost depends on the
 // cache length, not its content); the prefill peak with real forwards.
 // Usage: bench_eviction [threads=2] [budget_per_head=180] [slack=32] [max_context=8192]
-//                       [prefill_tokens=8192]
+//                       [prefill_tokens=8192] [policy=dbtrimkv]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -152,6 +153,7 @@ int main(int argc, char** argv) {
   const int64_t slack = argc > 3 ? std::atoll(argv[3]) : 32;
   const int64_t max_context = argc > 4 ? std::atoll(argv[4]) : 8192;
   const int64_t prefill_tokens = argc > 5 ? std::atoll(argv[5]) : 8192;
+  const std::string policy = argc > 6 ? argv[6] : "dbtrimkv";
   const int full_steps = 16, db_steps = 96, chunk = 256;
   at::set_num_threads(threads);
   at::manual_seed(1);
@@ -162,10 +164,10 @@ int main(int argc, char** argv) {
   const int64_t budget_bytes = budget_global * bytes_per_entry;
   BenchScorer scorer;
   EvictionSettings s;
-  s.policy = "dbtrimkv";
+  s.policy = policy;
   s.budget_per_head = budget;
   s.slack = slack;
-  s.options = {"lookahead=2"};
+  if (policy == "dbtrimkv") s.options = {"lookahead=2"};
 
   std::printf("threads %d; dbtrimkv budget %lld per head = %lld entries (%.2f MiB), slack %lld per "
               "head; block size %d; %d (full) / %d (dbtrimkv) timed decode steps per context\n\n",

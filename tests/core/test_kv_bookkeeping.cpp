@@ -134,8 +134,9 @@ void random_apply(KvBookkeeping& kv, Model& m, std::mt19937& rng) {
   const EvictionPlan plan = random_plan(kv, rng);
   const KvGeometry& g = m.g;
   // Expected: kept entries in their relative order. Each head is compacted toward the end that
-  // moves fewer rows (the front on a tie): toward the front it keeps the prefix of its block
-  // table it needs, toward the end the suffix, its first row moving on by the entries dropped.
+  // moves fewer rows (the front on a tie, or when the end would hold more blocks): toward the
+  // front it keeps the prefix of its block table it needs, toward the end the suffix, its first
+  // row moving on by the entries dropped.
   struct Expect {
     std::vector<int32_t> table;
     int32_t first = 0;
@@ -157,10 +158,12 @@ void random_apply(KvBookkeeping& kv, Model& m, std::mt19937& rng) {
         to_front += keep[j] != j;
         to_back += keep[j] != shift + j;
       }
+      const int32_t blocks_front = ceil_div(m.first[s] + kept, g.block_size);
+      const int32_t blocks_back = ceil_div((m.first[s] + shift) % g.block_size + kept, g.block_size);
       Expect x;
       if (kept == 0) {
         x.first = 0;
-      } else if (to_back < to_front) {
+      } else if (to_back < to_front && blocks_back <= blocks_front) {
         const int32_t first = m.first[s] + shift;
         x.table.assign(table.begin() + first / g.block_size, table.end());
         x.first = first % g.block_size;

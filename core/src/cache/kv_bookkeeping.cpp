@@ -209,7 +209,10 @@ ApplyResult KvBookkeeping::apply(const EvictionPlan& plan) {
         to_front += keep[static_cast<size_t>(j)] != j;
         to_back += keep[static_cast<size_t>(j)] != shift + j;
       }
-      if (to_back < to_front) {
+      // Toward the end only when it moves fewer rows and holds no more blocks afterwards.
+      const int32_t blocks_front = (s.start + n_keep + bs - 1) / bs;
+      const int32_t blocks_back = ((s.start + shift) % bs + n_keep + bs - 1) / bs;
+      if (to_back < to_front && blocks_back <= blocks_front) {
         // From the last kept entry down: a move reads keep[j] < every position an earlier move
         // (at j' > j, writing shift + j' > keep[j]) wrote.
         for (int32_t j = n_keep - 1; j >= 0; --j) {

@@ -61,10 +61,10 @@ class KvBookkeeping {
                               const std::vector<float>& log_beta = {});
   // Keeps exactly the entries the plan lists, in the listed order (kept entry keep[j] becomes
   // entry j), and returns the blocks no longer used to the pool. Each head is compacted toward
-  // whichever end of its rows moves fewer of them: toward the front (the tail blocks are freed),
-  // or, when mostly older entries went, toward the end (the head's first row moves on and the
-  // leading blocks are freed), so evicting the oldest entries moves no row at all. The plan is
-  // validated first (nothing changes on error).
+  // the front of its rows (the tail blocks are freed) or, when that moves fewer rows and holds no
+  // more blocks, toward the end (the head's first row moves on and the leading blocks are
+  // freed), so evicting the oldest entries moves no row at all. The plan is validated first
+  // (nothing changes on error).
   ApplyResult apply(const EvictionPlan& plan);
   // Drops every entry and token and returns every block to the pool (capacity is kept).
   void clear();
