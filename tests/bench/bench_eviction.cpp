@@ -8,7 +8,7 @@
 // Decode step times are measured on caches filled with random K/V (decode cost depends on the
 // cache length, not its content); the prefill peak with real forwards.
 // Usage: bench_eviction [threads=2] [budget_per_head=180] [slack=32] [max_context=8192]
-//                       [prefill_tokens=8192] [policy=dbtrimkv]
+//                       [prefill_tokens=8192] [policy=dbtrimkv] [kv_dtype=f32|bf16|f16]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -154,13 +154,16 @@ int main(int argc, char** argv) {
   const int64_t max_context = argc > 4 ? std::atoll(argv[4]) : 8192;
   const int64_t prefill_tokens = argc > 5 ? std::atoll(argv[5]) : 8192;
   const std::string policy = argc > 6 ? argv[6] : "dbtrimkv";
+  const std::string kv_dtype = argc > 7 ? argv[7] : "f32";
+  const at::ScalarType kv_type = kv_dtype == "f16" ? at::kHalf : kv_dtype == "bf16" ? at::kBFloat16 : at::kFloat;
+  const at::TensorOptions kv_options = at::TensorOptions().dtype(kv_type);
   const int full_steps = 16, db_steps = 96, chunk = 256;
   at::set_num_threads(threads);
   at::manual_seed(1);
   const TextModel m = random_smolvlm_text();
   const KvGeometry g = kv_geometry_of(m.config, 16);
   const int64_t budget_global = budget * g.n_streams();
-  const int64_t bytes_per_entry = 2 * g.head_dim * 4;
+  const int64_t bytes_per_entry = 2 * g.head_dim * static_cast<int64_t>(c10::elementSize(kv_type));
   const int64_t budget_bytes = budget_global * bytes_per_entry;
   BenchScorer scorer;
   EvictionSettings s;
@@ -169,9 +172,9 @@ int main(int argc, char** argv) {
   s.slack = slack;
   if (policy == "dbtrimkv") s.options = {"lookahead=2"};
 
-  std::printf("threads %d; dbtrimkv budget %lld per head = %lld entries (%.2f MiB), slack %lld per "
-              "head; block size %d; %d (full) / %d (dbtrimkv) timed decode steps per context\n\n",
-              threads, static_cast<long long>(budget), static_cast<long long>(budget_global),
+  std::printf("threads %d; policy %s, KV %s; budget %lld per head = %lld entries (%.2f MiB), slack %lld per "
+              "head; block size %d; %d (full) / %d (budgeted) timed decode steps per context\n\n",
+              threads, policy.c_str(), kv_dtype.c_str(), static_cast<long long>(budget), static_cast<long long>(budget_global),
               budget_bytes / 1048576.0, static_cast<long long>(slack), g.block_size, full_steps,
               db_steps);
   std::printf("| context | full: step ms (mean / median) | full: KV MiB | dbtrimkv: step ms (mean / "
@@ -186,7 +189,7 @@ int main(int argc, char** argv) {
     Point p;
     p.context = n;
     {
-      KvCache cache(g);
+      KvCache cache(g, kv_options);
       fill(cache, n);
       TextRunner runner(m, cache, chunk);
       runner.set_eviction(nullptr, &scorer);
@@ -194,7 +197,7 @@ int main(int argc, char** argv) {
       std::tie(p.full_mean, p.full_median) = time_steps(runner, full_steps, cache, 0, nullptr);
     }
     {
-      KvCache cache(g);
+      KvCache cache(g, kv_options);
       fill(cache, n);
       TextRunner runner(m, cache, chunk);
       Evictor ev(s, g);
@@ -244,7 +247,7 @@ int main(int argc, char** argv) {
 
   // Peak during a long chunked prefill (real forwards).
   if (prefill_tokens > 0) {
-    KvCache cache(g);
+    KvCache cache(g, kv_options);
     TextRunner runner(m, cache, chunk);
     Evictor ev(s, g);
     runner.set_eviction(&ev, &scorer);
