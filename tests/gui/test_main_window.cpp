@@ -921,8 +921,8 @@ class MainWindowTest : public QObject {
     params.stop_at_eos = false;
     m_window->setGenerationParams(params);
     // Stop as soon as the first decode frame is shown. The tiny fixture decodes its 900 tokens in
-    // tens of milliseconds, so a turn can end on its own before the stop lands; such a turn says
-    // nothing about stopping and the next one is tried (at most 8).
+    // tens of milliseconds, so a turn can end on its own before a decode frame is shown or before
+    // the stop lands; such a turn says nothing about stopping and the next one is tried (at most 8).
     qint64 ms = -1;
     for (int attempt = 0; attempt < 8 && ms < 0; ++attempt) {
       if (attempt > 0) newConversation();
@@ -939,9 +939,14 @@ class MainWindowTest : public QObject {
             QTest::keyClick(m_window->input(), Qt::Key_Escape);  // the Stop shortcut
           });
       m_window->sendTurn(QStringLiteral("Tell me a long story."), {});
-      QTRY_VERIFY_WITH_TIMEOUT(stopped, kTurnTimeoutMs);
+      // A turn may also end before any decode frame is shown (frames are paced): then, too, it
+      // says nothing about stopping.
+      QTRY_VERIFY_WITH_TIMEOUT(stopped || !finished.isEmpty(), kTurnTimeoutMs);
       disconnect(onFrame);
-      QVERIFY(!finishedBeforeStop);
+      if (!stopped || finishedBeforeStop) {
+        QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), 5000);
+        continue;
+      }
       QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), 5000);
       const qint64 took = clock.elapsed();
       const TurnStats stats = finished.takeFirst().at(0).value<TurnStats>();
