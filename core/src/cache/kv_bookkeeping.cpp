@@ -1,5 +1,7 @@
 #include "trimkv/core/kv_bookkeeping.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -179,73 +181,92 @@ std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& t
   return slots;
 }
 
+void KvBookkeeping::compact(Stream& s, const std::vector<int32_t>& keep, int32_t bs, std::vector<SlotMove>& moves,
+                            std::vector<int32_t>& freed) {
+  const int32_t len = static_cast<int32_t>(s.entries.size());
+  const int32_t n_keep = static_cast<int32_t>(keep.size());
+  const int32_t shift = len - n_keep;  // entries dropped
+  if (n_keep == 0) {
+    freed = s.blocks;
+    s.blocks.clear();
+    s.entries.clear();
+    s.start = 0;
+    return;
+  }
+  // Rows each direction would move: toward the front keep[j] goes to j, toward the end to
+  // shift + j.
+  int32_t to_front = 0, to_back = 0;
+  for (int32_t j = 0; j < n_keep; ++j) {
+    to_front += keep[static_cast<size_t>(j)] != j;
+    to_back += keep[static_cast<size_t>(j)] != shift + j;
+  }
+  // Toward the end only when it moves fewer rows and holds no more blocks afterwards.
+  const int32_t blocks_front = (s.start + n_keep + bs - 1) / bs;
+  const int32_t blocks_back = ((s.start + shift) % bs + n_keep + bs - 1) / bs;
+  if (to_back < to_front && blocks_back <= blocks_front) {
+    moves.reserve(static_cast<size_t>(to_back));
+    // From the last kept entry down: a move reads keep[j] < every position an earlier move
+    // (at j' > j, writing shift + j' > keep[j]) wrote.
+    for (int32_t j = n_keep - 1; j >= 0; --j) {
+      const int32_t src = keep[static_cast<size_t>(j)], dst = shift + j;
+      if (src == dst) continue;
+      s.entries[static_cast<size_t>(dst)] = s.entries[static_cast<size_t>(src)];
+      moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, dst, bs)});
+    }
+    s.entries.erase(s.entries.begin(), s.entries.begin() + shift);
+    const int32_t first = s.start + shift;
+    const int32_t n_free = first / bs;  // leading blocks holding no kept row
+    freed.assign(s.blocks.begin(), s.blocks.begin() + n_free);
+    s.blocks.erase(s.blocks.begin(), s.blocks.begin() + n_free);
+    s.start = first % bs;
+    return;
+  }
+  moves.reserve(static_cast<size_t>(to_front));
+  // Toward the front: entry keep[j] moves to position j <= keep[j]. A move reads position
+  // keep[j], which no earlier move (writing positions < j <= keep[j]) has touched.
+  for (int32_t j = 0; j < n_keep; ++j) {
+    const int32_t src = keep[static_cast<size_t>(j)];
+    if (src == j) continue;
+    s.entries[static_cast<size_t>(j)] = s.entries[static_cast<size_t>(src)];
+    moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, j, bs)});
+  }
+  s.entries.resize(static_cast<size_t>(n_keep));
+  const size_t n_blocks_kept = static_cast<size_t>((s.start + n_keep + bs - 1) / bs);
+  freed.assign(s.blocks.begin() + static_cast<std::ptrdiff_t>(n_blocks_kept), s.blocks.end());
+  s.blocks.resize(n_blocks_kept);
+}
+
 ApplyResult KvBookkeeping::apply(const EvictionPlan& plan) {
   plan.validate(*this);
   const int32_t bs = m_geometry.block_size;
+  const int64_t n_streams = static_cast<int64_t>(m_streams.size());
+  // Heads are independent: compacted across the threads, their moves and freed blocks gathered
+  // in head order afterwards (the pool sees the same releases in the same order as one by one).
+  std::vector<std::vector<SlotMove>> moves(static_cast<size_t>(n_streams));
+  std::vector<std::vector<int32_t>> freed(static_cast<size_t>(n_streams));
   ApplyResult result;
-  result.stream_moves.reserve(m_streams.size() + 1);
-  for (int il = 0; il < m_geometry.n_layer; ++il) {
-    for (int h = 0; h < m_geometry.n_kv_head; ++h) {
-      result.stream_moves.push_back(result.moves.size());
-      Stream& s = m_streams[static_cast<size_t>(il * m_geometry.n_kv_head + h)];
-      const std::vector<int32_t>& keep = plan.keep(il, h);
-      const int32_t len = static_cast<int32_t>(s.entries.size());
-      const int32_t n_keep = static_cast<int32_t>(keep.size());
-      const int32_t shift = len - n_keep;  // entries dropped
-      result.n_evicted += shift;
-      m_total_entries -= shift;
-      if (n_keep == 0) {
-        for (int32_t b : s.blocks) m_pool.release(b);
-        result.n_blocks_freed += static_cast<int32_t>(s.blocks.size());
-        s.blocks.clear();
-        s.entries.clear();
-        s.start = 0;
-        continue;
-      }
-      // Rows each direction would move: toward the front keep[j] goes to j, toward the end to
-      // shift + j.
-      int32_t to_front = 0, to_back = 0;
-      for (int32_t j = 0; j < n_keep; ++j) {
-        to_front += keep[static_cast<size_t>(j)] != j;
-        to_back += keep[static_cast<size_t>(j)] != shift + j;
-      }
-      // Toward the end only when it moves fewer rows and holds no more blocks afterwards.
-      const int32_t blocks_front = (s.start + n_keep + bs - 1) / bs;
-      const int32_t blocks_back = ((s.start + shift) % bs + n_keep + bs - 1) / bs;
-      if (to_back < to_front && blocks_back <= blocks_front) {
-        // From the last kept entry down: a move reads keep[j] < every position an earlier move
-        // (at j' > j, writing shift + j' > keep[j]) wrote.
-        for (int32_t j = n_keep - 1; j >= 0; --j) {
-          const int32_t src = keep[static_cast<size_t>(j)], dst = shift + j;
-          if (src == dst) continue;
-          s.entries[static_cast<size_t>(dst)] = s.entries[static_cast<size_t>(src)];
-          result.moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, dst, bs)});
-        }
-        s.entries.erase(s.entries.begin(), s.entries.begin() + shift);
-        const int32_t first = s.start + shift;
-        const int32_t n_free = first / bs;  // leading blocks holding no kept row
-        for (int32_t b = 0; b < n_free; ++b) m_pool.release(s.blocks[static_cast<size_t>(b)]);
-        result.n_blocks_freed += n_free;
-        s.blocks.erase(s.blocks.begin(), s.blocks.begin() + n_free);
-        s.start = first % bs;
-        continue;
-      }
-      // Toward the front: entry keep[j] moves to position j <= keep[j]. A move reads position
-      // keep[j], which no earlier move (writing positions < j <= keep[j]) has touched.
-      for (int32_t j = 0; j < n_keep; ++j) {
-        const int32_t src = keep[static_cast<size_t>(j)];
-        if (src == j) continue;
-        s.entries[static_cast<size_t>(j)] = s.entries[static_cast<size_t>(src)];
-        result.moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, j, bs)});
-      }
-      s.entries.resize(static_cast<size_t>(n_keep));
-      const size_t n_blocks_kept = static_cast<size_t>((s.start + n_keep + bs - 1) / bs);
-      for (size_t b = n_blocks_kept; b < s.blocks.size(); ++b) {
-        m_pool.release(s.blocks[b]);
-        ++result.n_blocks_freed;
-      }
-      s.blocks.resize(n_blocks_kept);
-    }
+  for (int64_t si = 0; si < n_streams; ++si)
+    result.n_evicted += static_cast<int64_t>(m_streams[static_cast<size_t>(si)].entries.size()) -
+                        static_cast<int64_t>(plan.keep(static_cast<int>(si / m_geometry.n_kv_head),
+                                                       static_cast<int>(si % m_geometry.n_kv_head))
+                                                 .size());
+  at::parallel_for(0, n_streams, 8, [&](int64_t s0, int64_t s1) {
+    for (int64_t si = s0; si < s1; ++si)
+      compact(m_streams[static_cast<size_t>(si)],
+              plan.keep(static_cast<int>(si / m_geometry.n_kv_head), static_cast<int>(si % m_geometry.n_kv_head)), bs,
+              moves[static_cast<size_t>(si)], freed[static_cast<size_t>(si)]);
+  });
+  m_total_entries -= result.n_evicted;
+  size_t n_moves = 0;
+  for (const auto& m : moves) n_moves += m.size();
+  result.moves.reserve(n_moves);
+  result.stream_moves.reserve(static_cast<size_t>(n_streams) + 1);
+  for (int64_t si = 0; si < n_streams; ++si) {
+    result.stream_moves.push_back(result.moves.size());
+    const auto& m = moves[static_cast<size_t>(si)];
+    result.moves.insert(result.moves.end(), m.begin(), m.end());
+    for (int32_t b : freed[static_cast<size_t>(si)]) m_pool.release(b);
+    result.n_blocks_freed += static_cast<int32_t>(freed[static_cast<size_t>(si)].size());
   }
   result.stream_moves.push_back(result.moves.size());
   return result;

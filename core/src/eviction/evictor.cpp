@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -113,9 +115,11 @@ void Evictor::compress(KvCache& cache, const std::string& phase) {
   ev.entries_before = kv.total_entries();
   ev.heads.resize(static_cast<size_t>(g.n_streams()));
   const std::vector<TokenInfo>& tokens = kv.tokens();  // every entry's token is registered
-  for (int il = 0; il < g.n_layer; ++il)
-    for (int h = 0; h < g.n_kv_head; ++h) {
-      HeadEviction& he = ev.heads[static_cast<size_t>(il * g.n_kv_head + h)];
+  // One head per task: each fills its own HeadEviction.
+  at::parallel_for(0, g.n_streams(), 8, [&](int64_t s0, int64_t s1) {
+    for (int64_t si = s0; si < s1; ++si) {
+      const int il = static_cast<int>(si / g.n_kv_head), h = static_cast<int>(si % g.n_kv_head);
+      HeadEviction& he = ev.heads[static_cast<size_t>(si)];
       const auto& entries = kv.entries(il, h);
       const auto& keep = plan.keep(il, h);
       size_t j = 0;
@@ -131,6 +135,7 @@ void Evictor::compress(KvCache& cache, const std::string& phase) {
       }
       std::sort(he.evicted_tokens.begin(), he.evicted_tokens.end());
     }
+  });
 
   const ApplyResult applied = cache.apply(plan);
   m_policy->on_applied(plan);

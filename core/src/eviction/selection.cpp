@@ -109,10 +109,18 @@ void select_top_k_joint(const KvBookkeeping& kv, const StreamScores& scores,
     // The k_joint-th best score's key T (integer keys: a quick nth_element); entries with a key
     // below T are chosen, and of those with key T (equal scores: usually one) the best by the
     // tie-break (newer token, then smaller stream) fill the rest.
-    std::vector<uint32_t> keys;
-    keys.reserve(static_cast<size_t>(total));
-    for (int s : streams)
-      for (float v : scores[s]) keys.push_back(rank_key(v));
+    // offset[i]: where stream streams[i]'s keys start in `keys` (stream order, cache order).
+    const int64_t n_listed = static_cast<int64_t>(streams.size());
+    std::vector<size_t> offset(streams.size() + 1, 0);
+    for (size_t i = 0; i < streams.size(); ++i) offset[i + 1] = offset[i] + scores[streams[i]].size();
+    std::vector<uint32_t> keys(static_cast<size_t>(total));
+    at::parallel_for(0, n_listed, 8, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const std::vector<float>& sc = scores[streams[static_cast<size_t>(i)]];
+        uint32_t* out = keys.data() + offset[static_cast<size_t>(i)];
+        for (size_t e = 0; e < sc.size(); ++e) out[e] = rank_key(sc[e]);
+      }
+    });
     std::vector<uint32_t> order(keys);
     std::nth_element(order.begin(), order.begin() + (k_joint - 1), order.end());
     const uint32_t t = order[static_cast<size_t>(k_joint - 1)];
@@ -137,19 +145,23 @@ void select_top_k_joint(const KvBookkeeping& kv, const StreamScores& scores,
     ties.resize(n_ties);
     std::vector<char> tie_kept(static_cast<size_t>(total), 0);
     for (const Tie& x : ties) tie_kept[x.at] = 1;
-    // Keep lists come out in cache order, stream by stream.
-    at = 0;
-    for (int s : streams) {
-      const int il = s / g.n_kv_head, h = s % g.n_kv_head;
-      std::vector<int32_t> keep;
-      const int64_t len = static_cast<int64_t>(scores[s].size());
-      keep.reserve(static_cast<size_t>(len));
-      for (int32_t e = 0; e < len; ++e, ++at) {
-        if (keys[at] < t || (keys[at] == t && tie_kept[at])) keep.push_back(e);
+    // Keep lists come out in cache order, one stream per task.
+    at::parallel_for(0, n_listed, 8, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int s = streams[static_cast<size_t>(i)];
+        const int il = s / g.n_kv_head, h = s % g.n_kv_head;
+        std::vector<int32_t> keep;
+        const int32_t len = static_cast<int32_t>(scores[s].size());
+        keep.reserve(static_cast<size_t>(len));
+        const size_t base = offset[static_cast<size_t>(i)];
+        for (int32_t e = 0; e < len; ++e) {
+          const size_t a = base + static_cast<size_t>(e);
+          if (keys[a] < t || (keys[a] == t && tie_kept[a])) keep.push_back(e);
+        }
+        count[s] = static_cast<int64_t>(keep.size());
+        if (floor_per_head == 0) plan.keep(il, h) = std::move(keep);
       }
-      count[s] = static_cast<int64_t>(keep.size());
-      if (floor_per_head == 0) plan.keep(il, h) = std::move(keep);
-    }
+    });
     if (floor_per_head == 0) return;
   }
   for (int s : streams) {

@@ -92,6 +92,9 @@ class KvBookkeeping {
   Stream& stream(int il, int h);
   const Stream& stream(int il, int h) const;
   static int32_t slot_of(const Stream& s, int32_t entry, int32_t block_size);
+  // apply() for one head: its moves and the blocks it no longer uses (not yet released).
+  static void compact(Stream& s, const std::vector<int32_t>& keep, int32_t block_size, std::vector<SlotMove>& moves,
+                      std::vector<int32_t>& freed);
 
   KvGeometry m_geometry;
   BlockPool m_pool;
