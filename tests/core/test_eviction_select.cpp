@@ -2,6 +2,7 @@
 // references on random caches with many ties, and the Budget conversions.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -168,6 +169,44 @@ TEST_CASE("retention_scores uses q = tokens seen + 1 and each entry's own positi
   REQUIRE(s[1][0] == Approx(4 * -0.2f));
   REQUIRE(std::isinf(s[1][1]));
   REQUIRE(s[1][2] == Approx(2 * -0.6f));
+}
+
+TEST_CASE("retention_scores at lookahead 2 (each entry's stored log(1 + beta)) equals retention_log_score bit for bit",
+          "[eviction][score]") {
+  std::mt19937 rng(5);
+  KvGeometry g{2, 3, 4, 4};
+  KvBookkeeping kv(g);
+  const int n = 200;
+  std::vector<TokenInfo> infos(n);
+  for (int i = 0; i < n; ++i) infos[i].token_index = i;
+  kv.register_tokens(infos);
+  std::uniform_real_distribution<float> lb(-30.0f, 0.0f);
+  for (int il = 0; il < 2; ++il) {
+    std::vector<int32_t> tokens(n);
+    std::vector<float> betas(static_cast<size_t>(n) * 3);
+    for (int i = 0; i < n; ++i) tokens[i] = i;
+    for (auto& b : betas) b = rng() % 7 == 0 ? 0.0f : (rng() % 5 == 0 ? -1e-7f : lb(rng));
+    kv.append(il, tokens, betas);
+  }
+  EvictionPlan plan(g.n_layer, g.n_kv_head);  // scattered evictions: entries change places
+  for (int il = 0; il < 2; ++il)
+    for (int h = 0; h < 3; ++h)
+      for (int32_t e = 0; e < n; ++e)
+        if (rng() % 3 != 0) plan.keep(il, h).push_back(e);
+  kv.apply(plan);
+  const StreamScores s = retention_scores(kv, 2);
+  const int64_t q = kv.n_tokens() + 1;
+  for (int il = 0; il < 2; ++il)
+    for (int h = 0; h < 3; ++h) {
+      const auto& entries = kv.entries(il, h);
+      for (size_t e = 0; e < entries.size(); ++e) {
+        const float want = retention_log_score(entries[e].log_beta, q, entries[e].token_index, 2);
+        uint32_t a, b;
+        std::memcpy(&a, &s[static_cast<size_t>(il * 3 + h)][e], 4);
+        std::memcpy(&b, &want, 4);
+        REQUIRE(a == b);
+      }
+    }
 }
 
 TEST_CASE("Global top-k equals the brute-force reference on random caches", "[eviction][select]") {

@@ -173,7 +173,7 @@ std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& t
         s.blocks.push_back(m_pool.allocate().block_id);
       }
       const float lb = log_beta.empty() ? 0.0f : log_beta[t * static_cast<size_t>(n_kv_head) + h];
-      s.entries.push_back(EntryMeta{token_indices[t], lb});
+      s.entries.push_back(EntryMeta{token_indices[t], lb, log1p_beta_of(lb)});
       slots[t * static_cast<size_t>(n_kv_head) + h] = s.blocks.back() * bs + p % bs;
     }
   }

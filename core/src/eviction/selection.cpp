@@ -40,14 +40,21 @@ StreamScores retention_scores(const KvBookkeeping& kv, int lookahead) {
   const KvGeometry& g = kv.geometry();
   const int64_t q = static_cast<int64_t>(kv.n_tokens()) + 1;
   StreamScores scores(static_cast<size_t>(g.n_streams()));
-  // One exp and log1p per entry (lookahead 2): streams are spread over the threads.
+  // Streams are spread over the threads.
   at::parallel_for(0, g.n_streams(), 4, [&](int64_t s0, int64_t s1) {
     for (int64_t s = s0; s < s1; ++s) {
       const auto& entries = kv.entries(static_cast<int>(s / g.n_kv_head), static_cast<int>(s % g.n_kv_head));
       auto& out = scores[static_cast<size_t>(s)];
       out.resize(entries.size());
-      for (size_t e = 0; e < entries.size(); ++e)
-        out[e] = retention_log_score(entries[e].log_beta, q, entries[e].token_index, lookahead);
+      if (lookahead == 2) {  // the default: the entry's own log(1 + β), no exp / log1p here
+        for (size_t e = 0; e < entries.size(); ++e)
+          out[e] = entries[e].log_beta == 0.0f
+                       ? std::numeric_limits<float>::infinity()
+                       : lookahead2_score(entries[e].log_beta, entries[e].log1p_beta, q, entries[e].token_index);
+      } else {
+        for (size_t e = 0; e < entries.size(); ++e)
+          out[e] = retention_log_score(entries[e].log_beta, q, entries[e].token_index, lookahead);
+      }
     }
   });
   return scores;

@@ -35,13 +35,17 @@ inline float log1mexp(float x) {
 //   n = 1:  (q - pos) · log β
 //   n > 1:  log Σ_{s=q+1}^{q+n} β^(s-pos) = (q+1-pos)·log β + log(1 - β^n) - log(1 - β)
 // in fp32; log β == 0 exactly gives +inf (never forgotten).
+// n = 2: log(1 - β²) - log(1 - β) = log(1 + β) exactly; one exp + log1p instead of two log1mexp
+// (the default lookahead, on the eviction hot path), and a per-entry constant: EntryMeta keeps it
+// (log1p_beta_of, kv_types.h).
+inline float lookahead2_score(float log_beta, float log1p_beta, int64_t q, int32_t pos) {
+  return static_cast<float>(q + 1 - pos) * log_beta + log1p_beta;
+}
+
 inline float retention_log_score(float log_beta, int64_t q, int32_t pos, int lookahead) {
   if (log_beta == 0.0f) return std::numeric_limits<float>::infinity();
   if (lookahead <= 1) return static_cast<float>(q - pos) * log_beta;
-  // n = 2: log(1 - β²) - log(1 - β) = log(1 + β) exactly; one exp + log1p instead of two
-  // log1mexp (the default lookahead, on the eviction hot path).
-  if (lookahead == 2)
-    return static_cast<float>(q + 1 - pos) * log_beta + std::log1p(std::exp(log_beta));
+  if (lookahead == 2) return lookahead2_score(log_beta, log1p_beta_of(log_beta), q, pos);
   const float n = static_cast<float>(lookahead);
   return static_cast<float>(q + 1 - pos) * log_beta + log1mexp(n * log_beta) - log1mexp(log_beta);
 }

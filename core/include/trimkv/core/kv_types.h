@@ -5,6 +5,7 @@
 // head. A token is a position of the sequence's token stream; token_index is its sequential,
 // 0-based position, the `pos` used by eviction scores (METHOD.md §4), never an M-RoPE position.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace trimkv {
@@ -35,8 +36,15 @@ struct RopeOffset {
 struct EntryMeta {
   int32_t token_index = 0;  // the token this entry was created for
   float log_beta = 0.0f;    // log β from the retention gate; 0 means "never forget"
+  // log(1 + β) = log1p(exp(log_beta)), the lookahead-2 retention score's constant term, computed
+  // once by KvBookkeeping::append (eviction_select.h: log1p_beta_of); derived, not compared.
+  float log1p_beta = 0.0f;
 };
 
+// log(1 + β) from log β: EntryMeta::log1p_beta.
+inline float log1p_beta_of(float log_beta) { return std::log1p(std::exp(log_beta)); }
+
+// Equal token and log β (log1p_beta follows from log β).
 inline bool operator==(const EntryMeta& a, const EntryMeta& b) {
   return a.token_index == b.token_index && a.log_beta == b.log_beta;
 }
