@@ -129,14 +129,6 @@ void sgemm_into(const at::Tensor& x, const at::Tensor& w, const float* b, float*
 // full speed, small enough to stay in the caches (~1 MiB).
 int64_t panel_rows(int64_t in) { return std::max<int64_t>(16, (int64_t{1} << 18) / std::max<int64_t>(in, 1)); }
 
-// Where the CPU has AMX (gemm_bf16.h): q8_0 / q4_0 matrices are multiplied one bf16 panel at a
-// time, bf16 ones as they are stored when the caller lets the activations be rounded; f16
-// matrices keep float32 panels (bf16 would drop three of their mantissa bits).
-bool gemm_in_bf16(WeightFormat f, Activations a) {
-  const bool quantized = f == WeightFormat::Q8_0 || f == WeightFormat::Q4_0;
-  return (quantized || (f == WeightFormat::BF16 && a == Activations::Bf16)) && amx_bf16_gemm();
-}
-
 // Rows [o0, o1) of a quantised matrix as bf16 [o1 - o0, in].
 void bf16_panel(WeightFormat f, const uint8_t* w, int64_t row_bytes, int64_t in, int64_t o0, int64_t o1,
                 uint16_t* panel) {
@@ -171,7 +163,14 @@ void gemm_bf16(const at::Tensor& x, const at::Tensor& w, WeightFormat f, const f
 
 }  // namespace
 
-bool prefill_gemm_bf16(WeightFormat f, Activations a) { return gemm_in_bf16(f, a); }
+// Where the CPU has AMX (gemm_bf16.h): q8_0 / q4_0 matrices are multiplied one bf16 panel at a
+// time, bf16 ones as they are stored when the caller lets the activations be rounded; f16
+// matrices keep float32 panels (bf16 would drop three of their mantissa bits).
+bool prefill_gemm_bf16(WeightFormat f, Activations a) {
+  const bool quantized = f == WeightFormat::Q8_0 || f == WeightFormat::Q4_0;
+  return (quantized || (f == WeightFormat::BF16 && a == Activations::Bf16)) && amx_bf16_gemm();
+}
+
 bool set_prefill_gemm_bf16(bool on) { return set_amx_bf16_gemm(on); }
 
 at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, Activations a) {
@@ -181,7 +180,7 @@ at::Tensor linear_gemm(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const int64_t n = x.size(0), out = w.size(0);
   at::Tensor y = at::empty({n, out}, x.options());
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  if (gemm_in_bf16(f, a)) {
+  if (prefill_gemm_bf16(f, a)) {
     gemm_bf16(xc, w, f, bp, y.data_ptr<float>());
     return y;
   }
