@@ -114,7 +114,8 @@ std::vector<TemplateVar> parse_template_vars(const Args& args) {
 OptionSpec weights_option() {
   return {"weights", "FMT",
           "hold the weight matrices as f32, bf16, f16, q8 (llama.cpp q8_0 blocks) or q4 (q4_0) (default: the "
-          "checkpoint's own dtype for bf16/f16 files, f32 otherwise)"};
+          "checkpoint's own dtype for bf16/f16 files, f32 otherwise); q8/q4 blocks made at load are cached for the next "
+          "load (TRIMKV_WEIGHT_CACHE=0: never)"};
 }
 
 OptionSpec kv_dtype_option() {

@@ -93,7 +93,9 @@ int cmd_chat(int argc, char** argv, int first) {
 
   std::cout << "trimkv chat: " << info.dir << " (" << info.family << ", " << info.parameters << " parameters"
             << (engine->takes_images() ? "" : ", text only") << "; template " << engine->chat_template_origin()
-            << ")\n" << kChatHelp << std::flush;
+            << ")\n";
+  if (!info.weight_cache.empty()) std::cout << "weight cache: " << info.weight_cache << "\n";
+  std::cout << kChatHelp << std::flush;
   std::signal(SIGINT, on_chat_sigint);
   std::vector<std::string> images;
   std::string line;

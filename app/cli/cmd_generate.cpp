@@ -170,6 +170,8 @@ int cmd_generate(int argc, char** argv, int first) {
     if (prompt_ids.empty()) throw UsageError("the prompt is empty after tokenization");
   }
 
+  const std::string cache_note = chat ? chat->info().weight_cache : engine->info().weight_cache;
+  if (!cache_note.empty()) std::cerr << "[weight cache: " << cache_note << "]\n";
   const bool json = args.flag("json");
   g_cancel.store(false);
   std::signal(SIGINT, on_sigint);

@@ -78,7 +78,7 @@ int cmd_info(int argc, char** argv, int first) {
       {"rope_theta", i.rope_theta}, {"tokenizer", i.has_tokenizer},
       {"tokenizer_vocab_size", i.tokenizer_vocab_size}, {"eos_token_ids", i.eos_token_ids},
       {"kv_bytes_per_token", i.kv_bytes_per_token}, {"kv_dtype", i.kv_dtype}, {"weights_held", i.weights_held},
-      {"weights_held_bytes", i.weights_held_bytes}, {"weight_notes", i.weight_notes}, {"kernel_isa", i.kernel_isa}};
+      {"weights_held_bytes", i.weights_held_bytes}, {"weight_notes", i.weight_notes}, {"weight_cache", i.weight_cache}, {"kernel_isa", i.kernel_isa}};
   // The chat template, as conversations will use it (a broken one is reported, not fatal here).
   std::string chat_template = "none (raw prompts only)";
   try {
@@ -130,6 +130,7 @@ int cmd_info(int argc, char** argv, int first) {
             << "\n"
             << "chat template  " << chat_template << "\n";
   for (const std::string& note : i.weight_notes) std::cout << "note           " << note << "\n";
+  if (!i.weight_cache.empty()) std::cout << "weight cache   " << i.weight_cache << "\n";
   if (vlm) {
     const vision::VisionInfo v = vlm->vision_info();
     std::cout << "vision         " << v.n_layer << " layers, hidden " << v.hidden_size << ", " << v.n_head

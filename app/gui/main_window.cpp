@@ -1229,7 +1229,9 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
                                .arg(static_cast<double>(i.weights_held_bytes) / 1048576.0, 0, 'f', 1) +
                            tr("\nKV cache: %1, %2 bytes per token").arg(QString::fromStdString(i.kv_dtype)).arg(i.kv_bytes_per_token) +
                            (model.vision.takes_images() ? QString() : tr("\ntext model (no images)")) +
-                           tr("\nchat template: %1").arg(model.chatTemplate.isEmpty() ? tr("none") : model.chatTemplate));
+                           tr("\nchat template: %1").arg(model.chatTemplate.isEmpty() ? tr("none") : model.chatTemplate) +
+                           (i.weight_cache.empty() ? QString() : tr("\nweight cache: %1").arg(QString::fromStdString(i.weight_cache))));
+  if (!i.weight_cache.empty()) statusBar()->showMessage(QString::fromStdString(i.weight_cache), 8000);
   m_policy->blockSignals(true);
   m_policy->clear();
   for (const auto& d : model.policies) {

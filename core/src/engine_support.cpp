@@ -56,6 +56,7 @@ ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
   i.weights_held = kernels::weight_format_name(m.weight_format);
   i.weights_held_bytes = m.decoder->weight_bytes();
   i.weight_notes = m.weight_notes;
+  i.weight_cache = m.weight_cache_note;
   i.kernel_isa = kernels::lowp_kernel_isa();
   i.n_layer = c.n_layer;
   i.hidden_size = c.hidden_size;

@@ -8,6 +8,7 @@
 #include "trimkv/core/error.h"
 #include "trimkv/core/text_decoder.h"
 #include "trimkv/core/text_family.h"
+#include "trimkv/core/weight_cache.h"
 #include "trimkv/core/weight_store.h"
 
 namespace trimkv {
@@ -197,7 +198,7 @@ TextModel load_gguf_text_model(const std::string& path, const ModelLoadOptions& 
   m.dir = path;
   m.config = gguf_text_config(*file);
   m.family = &find_text_family(m.config.model_type, path);
-  const WeightStore weights = gguf_weight_store(file, m.config);
+  WeightStore weights = gguf_weight_store(file, m.config);
   m.weight_dtype = gguf_dominant_dtype(weights);
   m.weight_bytes = weights.total_bytes();
   // By default every matrix stays as the file stores it (a q4_0 file's embedding is often q8_0);
@@ -208,8 +209,10 @@ TextModel load_gguf_text_model(const std::string& path, const ModelLoadOptions& 
   if (as_stored && m.weight_dtype == DType::Q4_1)
     m.weight_notes.push_back("the file's Q4_1 matrices are held as q8 (no kernel reads Q4_1; --weights q4 requantises "
                              "them to q4_0)");
-  m.decoder = TextDecoder::load(m.config, *m.family, weights, as_stored ? kernels::WeightFormat::Q8_0 : m.weight_format,
-                                &m.weight_notes, as_stored);
+  const kernels::WeightFormat format = as_stored ? kernels::WeightFormat::Q8_0 : m.weight_format;
+  const auto cache = attach_weight_cache(weights, format, options.weight_cache);
+  m.decoder = TextDecoder::load(m.config, *m.family, weights, format, &m.weight_notes, as_stored);
+  if (cache) m.weight_cache_note = cache->finish();
   m.weight_root = text_weight_root(weights);
   m.tokenizer = std::make_shared<Tokenizer>(Tokenizer::from_gguf(*file));
   TRIMKV_CHECK(m.tokenizer->vocab_size() <= m.config.vocab_size, Config, "'", path, "': the vocabulary has ids up to ",

@@ -4,6 +4,7 @@
 
 #include "trimkv/core/error.h"
 #include "trimkv/core/gguf_model.h"
+#include "trimkv/core/weight_cache.h"
 #include "trimkv/core/weight_store.h"
 
 namespace fs = std::filesystem;
@@ -56,12 +57,14 @@ TextModel load_text_model(const std::string& dir, const ModelLoadOptions& option
   m.config = load_text_config(config_path);
   merge_generation_config((fs::path(dir) / "generation_config.json").string(), m.config);
   m.family = &find_text_family(m.config.model_type, config_path);
-  const WeightStore weights = WeightStore::open_folder(dir);
+  WeightStore weights = WeightStore::open_folder(dir);
   m.weight_dtype = weights.dominant_dtype();
   m.weight_bytes = weights.total_bytes();
   m.weight_format = resolve_weight_format(options.weights, m.weight_dtype);
   m.kv_dtype = resolve_kv_dtype(options.kv_dtype, m.weight_dtype);
+  const auto cache = attach_weight_cache(weights, m.weight_format, options.weight_cache);
   m.decoder = TextDecoder::load(m.config, *m.family, weights, m.weight_format, &m.weight_notes);
+  if (cache) m.weight_cache_note = cache->finish();
   m.weight_root = text_weight_root(weights);
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {
     m.tokenizer = std::make_shared<Tokenizer>(Tokenizer::from_folder(dir));

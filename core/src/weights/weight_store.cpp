@@ -9,6 +9,7 @@
 #include <set>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/weight_cache.h"
 
 namespace fs = std::filesystem;
 
@@ -247,8 +248,17 @@ at::Tensor WeightStore::load_matrix(const std::vector<std::string>& aliases, con
                                     kernels::WeightFormat format) const {
   const TensorInfo& info = require(aliases, shape);
   const std::optional<kernels::WeightFormat> stored = stored_weight_format(info.dtype);
-  if (format == kernels::WeightFormat::F32 || stored != format || info.shape.size() != 2)
-    return format == kernels::WeightFormat::F32 ? load(aliases, shape) : kernels::pack_weight(load(aliases, shape), format);
+  if (format == kernels::WeightFormat::F32 || stored != format || info.shape.size() != 2) {
+    if (format == kernels::WeightFormat::F32) return load(aliases, shape);
+    const bool cached = m_cache && kernels::is_quantized(format) && info.shape.size() == 2;
+    if (cached) {
+      at::Tensor held = m_cache->take(info.name, info.shape[0], info.shape[1]);
+      if (held.defined()) return held;
+    }
+    at::Tensor held = kernels::pack_weight(load(aliases, shape), format);
+    if (cached) m_cache->keep(info.name, held);
+    return held;
+  }
   const int64_t out = info.shape[0], in = info.shape[1];
   at::Tensor held;
   if (kernels::is_quantized(format)) {
@@ -261,6 +271,13 @@ at::Tensor WeightStore::load_matrix(const std::vector<std::string>& aliases, con
   if (info.n_bytes) std::memcpy(held.data_ptr(), info.data, info.n_bytes);
   release(info);
   return info.interleaved_rope_heads ? uninterleave_rope_rows(held, info.interleaved_rope_heads, info) : held;
+}
+
+std::vector<std::string> WeightStore::files() const {
+  if (m_mapping) return {m_mapping->path()};
+  std::vector<std::string> out;
+  for (const auto& f : m_files) out.push_back(f->path());
+  return out;
 }
 
 std::vector<std::string> WeightStore::names() const {

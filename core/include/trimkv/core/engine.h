@@ -26,6 +26,7 @@ struct ModelInfo {
   std::string weights_held;         // how the matrices are held in memory: f32, bf16, f16, q8, q4
   int64_t weights_held_bytes = 0;   // bytes of every weight as held
   std::vector<std::string> weight_notes;  // matrices held otherwise than asked, and why
+  std::string weight_cache;               // what the weight cache did at load (weight_cache.h), or ""
   std::string kernel_isa;           // what the low-precision kernels use on this CPU
   int64_t n_layer = 0, hidden_size = 0, intermediate_size = 0, n_head = 0, n_kv_head = 0,
           head_dim = 0, vocab_size = 0, max_position_embeddings = 0;

@@ -25,6 +25,7 @@ struct TextModel {
   kernels::WeightFormat weight_format = kernels::WeightFormat::F32;  // how the matrices are held
   kernels::KvDtype kv_dtype = kernels::KvDtype::F32;                // how the KV cache stores K and V
   std::vector<std::string> weight_notes;  // matrices held in another format than asked, and why
+  std::string weight_cache_note;          // what the weight cache did (weight_cache.h); "" if unused
   // A chat template carried inside the model file (GGUF's tokenizer.chat_template); "" for
   // folders, whose templates are files beside the weights.
   std::string embedded_chat_template;
@@ -44,6 +45,9 @@ struct ModelLoadOptions {
   // own. SmolVLM / Idefics3: the longest edge images are resized to (then cut into tiles of the
   // tower's size: fewer pixels, fewer tiles); Qwen-VL: at most image_size² pixels per image.
   int image_size = 0;
+  // Keep the blocks of matrices quantised at load in the weight cache (weight_cache.h) and read
+  // them from it next time.
+  bool weight_cache = true;
 };
 
 // The KV dtype `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming

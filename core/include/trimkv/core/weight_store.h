@@ -15,6 +15,8 @@
 
 namespace trimkv {
 
+class WeightCache;
+
 class WeightStore {
  public:
   // Opens `dir`: reads the index if present (every shard it names must exist and hold the tensors
@@ -43,6 +45,10 @@ class WeightStore {
 
   std::vector<std::string> names() const;
   const std::string& source() const { return m_source; }
+  // The files holding the tensors (the weight cache's fingerprint of the checkpoint).
+  std::vector<std::string> files() const;
+  // Matrices quantised by load_matrix are taken from / kept in `cache` (weight_cache.h).
+  void set_weight_cache(std::shared_ptr<WeightCache> cache) { m_cache = std::move(cache); }
   // The dtype of most tensors (what `trimkv info` reports).
   DType dominant_dtype() const;
   size_t total_bytes() const;
@@ -56,6 +62,7 @@ class WeightStore {
   std::shared_ptr<const MappedFile> m_mapping;                        // from_tensors
   std::shared_ptr<const std::map<std::string, TensorInfo>> m_owned;   // from_tensors
   std::map<std::string, const TensorInfo*> m_index;  // name -> info inside m_files
+  std::shared_ptr<WeightCache> m_cache;               // set_weight_cache
 };
 
 // float32 copy of one tensor's data (F32, F16, BF16, and GGUF's Q8_0, Q4_0, Q4_1 supported; other

@@ -1,0 +1,241 @@
+#include "trimkv/core/weight_cache.h"
+
+#include <ATen/ops/empty.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "trimkv/core/error.h"
+#include "trimkv/core/safetensors.h"
+#include "trimkv/core/weight_store.h"
+
+namespace fs = std::filesystem;
+
+namespace trimkv {
+
+namespace {
+
+constexpr const char* kCacheFormat = "trimkv-weight-cache";
+
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// [name, bytes, mtime_ns, sample hash] of one file of the checkpoint (see the header).
+nlohmann::json file_fingerprint(const std::string& path) {
+  struct stat st {};
+  TRIMKV_CHECK(::stat(path.c_str(), &st) == 0, Io, "cannot stat '", path, "': ", std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  std::ifstream in(path, std::ios::binary);
+  TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
+  uint64_t h = fnv1a(nullptr, 0);
+  std::vector<char> buf(64 << 10);
+  auto sample = [&](uint64_t at, size_t n) {
+    if (at >= size) return;
+    n = static_cast<size_t>(std::min<uint64_t>(n, size - at));
+    in.seekg(static_cast<std::streamoff>(at));
+    in.read(buf.data(), static_cast<std::streamsize>(n));
+    h = fnv1a(buf.data(), static_cast<size_t>(in.gcount()), h);
+    in.clear();
+  };
+  sample(0, buf.size());
+  for (uint64_t k = 1; k <= 16; ++k) sample(size / 17 * k, 4096);
+  return nlohmann::json::array({fs::path(path).filename().string(), size, mtime_ns, hex64(h)});
+}
+
+int64_t block_bytes(kernels::WeightFormat f) {
+  return f == kernels::WeightFormat::Q8_0 ? kernels::kQ8BlockBytes : kernels::kQ4BlockBytes;
+}
+
+}  // namespace
+
+std::string weight_cache_dir() {
+  if (const char* off = std::getenv("TRIMKV_WEIGHT_CACHE"); off && std::string(off) == "0") return "";
+  if (const char* d = std::getenv("TRIMKV_WEIGHT_CACHE_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return (fs::path(x) / "trimkv" / "weights").string();
+  const char* home = std::getenv("HOME");
+  return home && *home ? (fs::path(home) / ".cache" / "trimkv" / "weights").string() : "";
+}
+
+std::shared_ptr<WeightCache> attach_weight_cache(WeightStore& store, kernels::WeightFormat format, bool enabled) {
+  if (!enabled || !kernels::is_quantized(format)) return nullptr;
+  const std::string dir = weight_cache_dir();
+  if (dir.empty()) return nullptr;
+  auto cache = std::make_shared<WeightCache>(store.source(), store.files(), format, dir);
+  store.set_weight_cache(cache);
+  return cache;
+}
+
+WeightCache::WeightCache(const std::string& source, const std::vector<std::string>& files,
+                         kernels::WeightFormat format, const std::string& dir)
+    : m_format(format) {
+  TRIMKV_ASSERT(kernels::is_quantized(format));
+  std::error_code ec;
+  const fs::path abs = fs::weakly_canonical(fs::absolute(source), ec);
+  const std::string abs_source = ec ? source : abs.string();
+  std::string stem = fs::path(abs_source).filename().string();
+  if (stem.empty()) stem = "model";
+  m_path = (fs::path(dir) / (stem + "-" + hex64(fnv1a(abs_source.data(), abs_source.size())) + "." +
+                             kernels::weight_format_name(format) + ".safetensors"))
+               .string();
+  m_spool_path = m_path + ".spool-" + std::to_string(::getpid());
+  nlohmann::json fingerprints = nlohmann::json::array();
+  for (const std::string& f : files) fingerprints.push_back(file_fingerprint(f));
+  m_metadata = {{"format", kCacheFormat},
+                {"layout", std::to_string(kWeightCacheLayout)},
+                {"weights", kernels::weight_format_name(format)},
+                {"source", abs_source},
+                {"source_files", fingerprints.dump()}};
+  if (!fs::exists(m_path, ec)) return;
+  std::shared_ptr<SafetensorsFile> file;
+  try {
+    file = std::make_shared<SafetensorsFile>(m_path);
+  } catch (const Error& e) {
+    m_refused = e.what();
+    return;
+  }
+  const auto& md = file->metadata();
+  auto said = [&](const std::string& key) {
+    const auto it = md.find(key);
+    return it == md.end() ? std::string("(none)") : it->second;
+  };
+  if (said("format") != kCacheFormat)
+    m_refused = "not a trimkv weight cache (format " + said("format") + ")";
+  else if (said("layout") != m_metadata["layout"])
+    m_refused = "layout " + said("layout") + "; this build reads layout " + m_metadata["layout"];
+  else if (said("weights") != m_metadata["weights"])
+    m_refused = "holds " + said("weights") + " blocks, not " + m_metadata["weights"];
+  else if (said("source") != abs_source)
+    m_refused = "made from '" + said("source") + "', not from this checkpoint";
+  else if (said("source_files") != m_metadata["source_files"])
+    m_refused = "the checkpoint's files changed since it was written";
+  if (m_refused.empty()) m_file = std::move(file);
+}
+
+WeightCache::~WeightCache() {
+  if (m_spool) {
+    m_spool.reset();
+    std::error_code ec;
+    fs::remove(m_spool_path, ec);
+  }
+}
+
+at::Tensor WeightCache::take(const std::string& name, int64_t out, int64_t in) {
+  if (!m_file) return {};
+  const auto it = m_file->tensors().find(name);
+  const std::vector<int64_t> shape = {out, in / kernels::kQuantBlock, block_bytes(m_format)};
+  if (it == m_file->tensors().end() || it->second.dtype != DType::U8 || it->second.shape != shape) return {};
+  at::Tensor held = at::empty(shape, at::kByte);
+  std::memcpy(held.data_ptr(), it->second.data, it->second.n_bytes);
+  m_file->release(it->second);
+  m_entries[name] = Entry{shape, false, 0, it->second.n_bytes};
+  ++m_hits;
+  return held;
+}
+
+void WeightCache::keep(const std::string& name, const at::Tensor& held) {
+  if (!m_spool_error.empty()) return;
+  const at::Tensor c = held.contiguous();
+  const uint64_t n = static_cast<uint64_t>(kernels::weight_bytes(c));
+  try {
+    if (!m_spool) {
+      std::error_code ec;
+      fs::create_directories(fs::path(m_path).parent_path(), ec);
+      TRIMKV_CHECK(!ec, Io, "cannot create '", fs::path(m_path).parent_path().string(), "': ", ec.message());
+      m_spool = std::make_unique<std::ofstream>(m_spool_path, std::ios::binary | std::ios::trunc);
+      TRIMKV_CHECK(m_spool->good(), Io, "cannot write '", m_spool_path, "'");
+    }
+    m_spool->write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(n));
+    TRIMKV_CHECK(m_spool->good(), Io, "write to '", m_spool_path, "' failed (disk full?)");
+  } catch (const Error& e) {
+    m_spool_error = e.what();
+    return;
+  }
+  m_entries[name] = Entry{c.sizes().vec(), true, m_spooled, n};
+  m_spooled += n;
+}
+
+std::string WeightCache::finish() {
+  const std::string fmt = kernels::weight_format_name(m_format);
+  const std::string refused = m_refused.empty() ? "" : "cache file '" + m_path + "' refused (" + m_refused + "); ";
+  if (m_entries.empty() && m_spool_error.empty()) return "";
+  if (m_spooled == 0 && m_spool_error.empty())
+    return "matrices read as " + fmt + " blocks from the weight cache '" + m_path + "'";
+  std::string failure = m_spool_error;
+  if (failure.empty()) {
+    m_spool->close();
+    m_spool.reset();
+    const std::string tmp = m_path + ".tmp-" + std::to_string(::getpid());
+    try {
+      nlohmann::json header = nlohmann::json::object();
+      header["__metadata__"] = m_metadata;
+      uint64_t offset = 0;
+      for (const auto& [name, e] : m_entries) {
+        header[name] = {{"dtype", "U8"}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.n_bytes}}};
+        offset += e.n_bytes;
+      }
+      std::string h = header.dump();
+      while (h.size() % 8 != 0) h.push_back(' ');
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      std::ifstream spool(m_spool_path, std::ios::binary);
+      TRIMKV_CHECK(out.good() && spool.good(), Io, "cannot write '", tmp, "'");
+      const uint64_t hlen = h.size();
+      out.write(reinterpret_cast<const char*>(&hlen), 8);
+      out.write(h.data(), static_cast<std::streamsize>(h.size()));
+      std::vector<char> buf(1 << 20);
+      for (const auto& [name, e] : m_entries) {
+        if (!e.spooled) {  // an accepted entry of the old file, paged in again from it
+          const TensorInfo& t = m_file->tensors().at(name);
+          out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(t.n_bytes));
+          m_file->release(t);
+          continue;
+        }
+        spool.seekg(static_cast<std::streamoff>(e.offset));
+        for (uint64_t left = e.n_bytes; left > 0;) {
+          const auto n = static_cast<std::streamsize>(std::min<uint64_t>(left, buf.size()));
+          spool.read(buf.data(), n);
+          TRIMKV_CHECK(spool.gcount() == n, Io, "'", m_spool_path, "' is shorter than what was written to it");
+          out.write(buf.data(), n);
+          left -= static_cast<uint64_t>(n);
+        }
+      }
+      out.close();
+      TRIMKV_CHECK(out.good(), Io, "write to '", tmp, "' failed (disk full?)");
+      m_file.reset();  // unmapped before the rename replaces it
+      std::error_code ec;
+      fs::rename(tmp, m_path, ec);
+      TRIMKV_CHECK(!ec, Io, "cannot move '", tmp, "' to '", m_path, "': ", ec.message());
+    } catch (const Error& e) {
+      failure = e.what();
+      std::error_code ec;
+      fs::remove(tmp, ec);
+    }
+  }
+  std::error_code ec;
+  m_spool.reset();
+  fs::remove(m_spool_path, ec);
+  if (!failure.empty())
+    return refused + "the " + fmt + " blocks quantised at load could not be cached: " + failure;
+  const double mib = static_cast<double>(fs::file_size(m_path, ec)) / (1024.0 * 1024.0);
+  char size[32];
+  std::snprintf(size, sizeof size, "%.1f MiB", ec ? 0.0 : mib);
+  return refused + "matrices quantised to " + fmt + " at load" + (m_hits ? " (" + std::to_string(m_hits) + " read from the old cache)" : "") +
+         "; blocks cached in '" + m_path + "' (" + size + ") for the next load";
+}
+
+}  // namespace trimkv
