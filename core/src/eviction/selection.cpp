@@ -22,6 +22,40 @@ inline uint32_t rank_key(float score) {
   return ~u;                                       // descending
 }
 
+// The k-th smallest of `keys` (k in [1, keys.size()]) and how many keys are smaller: a radix
+// select on 11, 11 and 10 bits, the first pass over every key, the others over the keys sharing
+// the chosen leading bits.
+struct KthKey {
+  uint32_t key;
+  int64_t below;
+};
+KthKey kth_smallest_key(const std::vector<uint32_t>& keys, int64_t k) {
+  TRIMKV_ASSERT(k >= 1 && k <= static_cast<int64_t>(keys.size()));
+  constexpr int kShift[3] = {21, 10, 0}, kWidth[3] = {11, 11, 10};
+  std::vector<uint32_t> candidates;
+  const uint32_t* d = keys.data();
+  size_t n = keys.size();
+  uint32_t prefix = 0, mask = 0;
+  int64_t below = 0;
+  std::vector<int64_t> hist(size_t{1} << 11);
+  for (int p = 0; p < 3; ++p) {
+    const uint32_t digits = (1u << kWidth[p]) - 1;
+    std::fill(hist.begin(), hist.end(), 0);
+    for (size_t i = 0; i < n; ++i) hist[(d[i] >> kShift[p]) & digits] += (d[i] & mask) == prefix;
+    uint32_t b = 0;
+    while (below + hist[b] < k) below += hist[b++];
+    prefix |= b << kShift[p];
+    mask |= digits << kShift[p];
+    if (p == 0) {
+      for (size_t i = 0; i < n; ++i)
+        if ((d[i] & mask) == prefix) candidates.push_back(d[i]);
+      d = candidates.data();
+      n = candidates.size();
+    }
+  }
+  return {prefix, below};
+}
+
 void check_scores(const KvBookkeeping& kv, const StreamScores& scores) {
   const KvGeometry& g = kv.geometry();
   TRIMKV_ASSERT(static_cast<int>(scores.size()) == g.n_streams(), "scores for ", scores.size(),
@@ -128,11 +162,7 @@ void select_top_k_joint(const KvBookkeeping& kv, const StreamScores& scores,
         for (size_t e = 0; e < sc.size(); ++e) out[e] = rank_key(sc[e]);
       }
     });
-    std::vector<uint32_t> order(keys);
-    std::nth_element(order.begin(), order.begin() + (k_joint - 1), order.end());
-    const uint32_t t = order[static_cast<size_t>(k_joint - 1)];
-    int64_t below = 0;
-    for (uint32_t key : keys) below += key < t;
+    const auto [t, below] = kth_smallest_key(keys, k_joint);
     struct Tie {
       int32_t token;
       int32_t stream;
