@@ -48,9 +48,15 @@ SHAPES = {
 GGUF_TYPES = {"f32": "F32", "f16": "F16", "q8": "Q8_0", "q4": "Q4_0"}  # llama.cpp has no bf16 CPU path we compare
 
 
+def bf16_bits(x):
+    """float32 array -> bfloat16 bit patterns (uint16), rounded to nearest even as torch does."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
 def make_checkpoint(path: Path, s):
-    import torch
-    from safetensors.torch import save_file
+    """A random bf16 checkpoint of shape `s` (N(0, 0.02) matrices, unit norms), written tensor by
+    tensor as safetensors with numpy alone (no torch: a 3B shape never sits in memory twice)."""
     path.mkdir(parents=True, exist_ok=True)
     cfg = {"architectures": ["LlamaForCausalLM" if s["arch"] == "llama" else "Qwen2ForCausalLM"],
            "model_type": s["arch"], "hidden_size": s["hidden"], "intermediate_size": s["ffn"],
@@ -59,30 +65,38 @@ def make_checkpoint(path: Path, s):
            "rope_theta": s["theta"], "tie_word_embeddings": True, "bos_token_id": 0, "eos_token_id": 0,
            "torch_dtype": "bfloat16"}
     (path / "config.json").write_text(json.dumps(cfg, indent=1))
-    g = torch.Generator().manual_seed(0)
     d, hd = s["hidden"], s["hidden"] // s["heads"]
-    t = {}
-
-    def rnd(*shape):
-        return (torch.randn(*shape, generator=g) * 0.02).to(torch.bfloat16)
-
-    t["model.embed_tokens.weight"] = rnd(s["vocab"], d)
-    t["model.norm.weight"] = torch.ones(d, dtype=torch.bfloat16)
+    shapes = {"model.embed_tokens.weight": (s["vocab"], d), "model.norm.weight": (d,)}
     for l in range(s["layers"]):
         p = f"model.layers.{l}."
-        t[p + "self_attn.q_proj.weight"] = rnd(s["heads"] * hd, d)
-        t[p + "self_attn.k_proj.weight"] = rnd(s["kv"] * hd, d)
-        t[p + "self_attn.v_proj.weight"] = rnd(s["kv"] * hd, d)
-        t[p + "self_attn.o_proj.weight"] = rnd(d, s["heads"] * hd)
+        shapes[p + "self_attn.q_proj.weight"] = (s["heads"] * hd, d)
+        shapes[p + "self_attn.k_proj.weight"] = (s["kv"] * hd, d)
+        shapes[p + "self_attn.v_proj.weight"] = (s["kv"] * hd, d)
+        shapes[p + "self_attn.o_proj.weight"] = (d, s["heads"] * hd)
         if s["bias"]:
             for n, w in (("q", s["heads"]), ("k", s["kv"]), ("v", s["kv"])):
-                t[p + f"self_attn.{n}_proj.bias"] = rnd(w * hd)
-        t[p + "mlp.gate_proj.weight"] = rnd(s["ffn"], d)
-        t[p + "mlp.up_proj.weight"] = rnd(s["ffn"], d)
-        t[p + "mlp.down_proj.weight"] = rnd(d, s["ffn"])
-        t[p + "input_layernorm.weight"] = torch.ones(d, dtype=torch.bfloat16)
-        t[p + "post_attention_layernorm.weight"] = torch.ones(d, dtype=torch.bfloat16)
-    save_file(t, str(path / "model.safetensors"), metadata={"format": "pt"})
+                shapes[p + f"self_attn.{n}_proj.bias"] = (w * hd,)
+        shapes[p + "mlp.gate_proj.weight"] = (s["ffn"], d)
+        shapes[p + "mlp.up_proj.weight"] = (s["ffn"], d)
+        shapes[p + "mlp.down_proj.weight"] = (d, s["ffn"])
+        shapes[p + "input_layernorm.weight"] = (d,)
+        shapes[p + "post_attention_layernorm.weight"] = (d,)
+    header, offset = {"__metadata__": {"format": "pt"}}, 0
+    for name, shape in shapes.items():
+        n = 2 * int(np.prod(shape))
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + n]}
+        offset += n
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    rng = np.random.default_rng(0)
+    tmp = path / "model.safetensors.tmp"
+    with open(tmp, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for name, shape in shapes.items():
+            norm = name.endswith("norm.weight")
+            f.write(bf16_bits(np.ones(shape, np.float32) if norm else rng.standard_normal(shape, np.float32) * 0.02)
+                    .tobytes())
+    tmp.rename(path / "model.safetensors")
 
 
 def smollm2_vocab():
