@@ -33,10 +33,12 @@ def timed(cmd, env):
 
 
 def peak_rss_mib(cmd, env):
-    """Peak resident memory (MiB) of one run of `cmd`."""
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    _, _, usage = os.wait4(p.pid, 0)
-    return usage.ru_maxrss / 1024.0
+    """Peak resident memory (MiB) of one run of `cmd`: measured by a helper process whose only
+    child it is (RUSAGE_CHILDREN), so nothing else this script ran is counted."""
+    helper = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
+              "stderr=subprocess.DEVNULL, check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    out = subprocess.run([sys.executable, "-c", helper] + cmd, env=env, capture_output=True, text=True, check=True)
+    return int(out.stdout.strip()) / 1024.0
 
 
 def main():

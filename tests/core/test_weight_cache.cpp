@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <filesystem>
+#include <unistd.h>
 
 #include "test_util.h"
 #include "trimkv/core/generation.h"
@@ -206,8 +208,33 @@ TEST_CASE("Weight cache: files from another checkpoint, an older layout, another
                                         Catch::Contains(" read from the old cache)"));
     REQUIRE(at::equal(logits_of(m), expected));
     CHECK_THAT(load_text_model(a, opts("q8")).weight_cache_note, Catch::StartsWith("matrices read as q8"));
-    CHECK(test::read_bytes(path) == pristine);
+    // The same tensors as the first file (the two re-quantised ones now stored first).
+    test::write_text(scratch.file("pristine.safetensors"), pristine);
+    const SafetensorsFile now(path), before(scratch.file("pristine.safetensors"));
+    REQUIRE(now.tensors().size() == before.tensors().size());
+    for (const auto& [name, t] : before.tensors()) {
+      CAPTURE(name);
+      const TensorInfo& u = now.tensors().at(name);
+      REQUIRE(u.shape == t.shape);
+      REQUIRE(std::memcmp(u.data, t.data, t.n_bytes) == 0);
+    }
   }
+}
+
+TEST_CASE("Weight cache: new files left by killed loads are removed; a live load's are not", "[weights][weight-cache]") {
+  test::ScratchDir scratch("wcache-tmp");
+  const std::string model = scratch.file("llama_gqa"), dir = scratch.file("cache");
+  test::copy_model("llama_gqa", model);
+  CacheDirEnv env(dir);
+  load_text_model(model, opts("q8"));
+  const std::string path = only_file(dir);
+  // pid 2^22 + 1 is above Linux's pid_max limit: no such process.
+  const std::string dead = path + ".tmp-4194305", live = path + ".tmp-" + std::to_string(::getpid());
+  test::write_text(dead, "half a file");
+  test::write_text(live, "being written");
+  load_text_model(model, opts("q8"));
+  CHECK(!fs::exists(dead));
+  CHECK(fs::exists(live));
 }
 
 TEST_CASE("Weight cache: a cache that cannot be written, or is turned off, never stops a load",

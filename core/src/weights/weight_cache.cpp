@@ -1,9 +1,11 @@
 #include "trimkv/core/weight_cache.h"
 
 #include <ATen/ops/empty.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -76,13 +78,13 @@ std::shared_ptr<WeightCache> attach_weight_cache(WeightStore& store, kernels::We
   if (!enabled || !kernels::is_quantized(format)) return nullptr;
   const std::string dir = weight_cache_dir();
   if (dir.empty()) return nullptr;
-  auto cache = std::make_shared<WeightCache>(store.source(), store.files(), format, dir);
+  auto cache = std::make_shared<WeightCache>(store.source(), store.files(), format, dir, store.names());
   store.set_weight_cache(cache);
   return cache;
 }
 
 WeightCache::WeightCache(const std::string& source, const std::vector<std::string>& files,
-                         kernels::WeightFormat format, const std::string& dir)
+                         kernels::WeightFormat format, const std::string& dir, const std::vector<std::string>& names)
     : m_format(format) {
   TRIMKV_ASSERT(kernels::is_quantized(format));
   std::error_code ec;
@@ -93,7 +95,7 @@ WeightCache::WeightCache(const std::string& source, const std::vector<std::strin
   m_path = (fs::path(dir) / (stem + "-" + hex64(fnv1a(abs_source.data(), abs_source.size())) + "." +
                              kernels::weight_format_name(format) + ".safetensors"))
                .string();
-  m_spool_path = m_path + ".spool-" + std::to_string(::getpid());
+  m_tmp_path = m_path + ".tmp-" + std::to_string(::getpid());
   nlohmann::json fingerprints = nlohmann::json::array();
   for (const std::string& f : files) fingerprints.push_back(file_fingerprint(f));
   m_metadata = {{"format", kCacheFormat},
@@ -101,6 +103,19 @@ WeightCache::WeightCache(const std::string& source, const std::vector<std::strin
                 {"weights", kernels::weight_format_name(format)},
                 {"source", abs_source},
                 {"source_files", fingerprints.dump()}};
+  // Room for the header: the metadata, escaped, and an entry per tensor of the checkpoint (its
+  // name, dtype, a 3-long shape and two 20-digit offsets fit in name + 128 bytes).
+  m_header_room = 1024 + nlohmann::json(m_metadata).dump().size();
+  for (const std::string& n : names) m_header_room += nlohmann::json(n).dump().size() + 128;
+  m_header_room = (m_header_room + 7) / 8 * 8;
+  // New files left behind by loads that were killed (<file>.tmp-<pid> of a process that is gone).
+  const std::string tmp_prefix = fs::path(m_path).filename().string() + ".tmp-";
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.rfind(tmp_prefix, 0) != 0) continue;
+    const long pid = std::strtol(n.c_str() + tmp_prefix.size(), nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+  }
   if (!fs::exists(m_path, ec)) return;
   std::shared_ptr<SafetensorsFile> file;
   try {
@@ -128,10 +143,10 @@ WeightCache::WeightCache(const std::string& source, const std::vector<std::strin
 }
 
 WeightCache::~WeightCache() {
-  if (m_spool) {
-    m_spool.reset();
+  if (m_out) {  // a load that failed half way: no half-written file stays behind
+    m_out.reset();
     std::error_code ec;
-    fs::remove(m_spool_path, ec);
+    fs::remove(m_tmp_path, ec);
   }
 }
 
@@ -143,94 +158,82 @@ at::Tensor WeightCache::take(const std::string& name, int64_t out, int64_t in) {
   at::Tensor held = at::empty(shape, at::kByte);
   std::memcpy(held.data_ptr(), it->second.data, it->second.n_bytes);
   m_file->release(it->second);
-  m_entries[name] = Entry{shape, false, 0, it->second.n_bytes};
+  m_entries[name] = Entry{shape, false, 0, it->second.n_bytes};  // copied to a new file only if one is written
   ++m_hits;
   return held;
 }
 
 void WeightCache::keep(const std::string& name, const at::Tensor& held) {
-  if (!m_spool_error.empty()) return;
+  if (!m_write_error.empty()) return;
   const at::Tensor c = held.contiguous();
   const uint64_t n = static_cast<uint64_t>(kernels::weight_bytes(c));
   try {
-    if (!m_spool) {
+    if (!m_out) {
       std::error_code ec;
       fs::create_directories(fs::path(m_path).parent_path(), ec);
       TRIMKV_CHECK(!ec, Io, "cannot create '", fs::path(m_path).parent_path().string(), "': ", ec.message());
-      m_spool = std::make_unique<std::ofstream>(m_spool_path, std::ios::binary | std::ios::trunc);
-      TRIMKV_CHECK(m_spool->good(), Io, "cannot write '", m_spool_path, "'");
+      m_out = std::make_unique<std::ofstream>(m_tmp_path, std::ios::binary | std::ios::trunc);
+      TRIMKV_CHECK(m_out->good(), Io, "cannot write '", m_tmp_path, "'");
+      m_out->seekp(static_cast<std::streamoff>(8 + m_header_room));
     }
-    m_spool->write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(n));
-    TRIMKV_CHECK(m_spool->good(), Io, "write to '", m_spool_path, "' failed (disk full?)");
+    m_out->write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(n));
+    TRIMKV_CHECK(m_out->good(), Io, "write to '", m_tmp_path, "' failed (disk full?)");
   } catch (const Error& e) {
-    m_spool_error = e.what();
+    m_write_error = e.what();
     return;
   }
-  m_entries[name] = Entry{c.sizes().vec(), true, m_spooled, n};
-  m_spooled += n;
+  m_entries[name] = Entry{c.sizes().vec(), true, m_written, n};
+  m_written += n;
 }
 
 std::string WeightCache::finish() {
   const std::string fmt = kernels::weight_format_name(m_format);
   const std::string refused = m_refused.empty() ? "" : "cache file '" + m_path + "' refused (" + m_refused + "); ";
-  if (m_entries.empty() && m_spool_error.empty()) return "";
-  if (m_spooled == 0 && m_spool_error.empty())
+  if (m_entries.empty() && m_write_error.empty()) return "";
+  if (m_written == 0 && m_write_error.empty())
     return "matrices read as " + fmt + " blocks from the weight cache '" + m_path + "'";
-  std::string failure = m_spool_error;
+  std::string failure = m_write_error;
   if (failure.empty()) {
-    m_spool->close();
-    m_spool.reset();
-    const std::string tmp = m_path + ".tmp-" + std::to_string(::getpid());
     try {
+      // Matrices read from the old file go after the new ones; then the header, in its room.
+      for (auto& [name, e] : m_entries) {
+        if (e.written) continue;
+        const TensorInfo& t = m_file->tensors().at(name);
+        m_out->write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(t.n_bytes));
+        m_file->release(t);
+        e = Entry{e.shape, true, m_written, e.n_bytes};
+        m_written += e.n_bytes;
+      }
       nlohmann::json header = nlohmann::json::object();
       header["__metadata__"] = m_metadata;
-      uint64_t offset = 0;
-      for (const auto& [name, e] : m_entries) {
-        header[name] = {{"dtype", "U8"}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.n_bytes}}};
-        offset += e.n_bytes;
-      }
+      for (const auto& [name, e] : m_entries)
+        header[name] = {{"dtype", "U8"}, {"shape", e.shape}, {"data_offsets", {e.offset, e.offset + e.n_bytes}}};
       std::string h = header.dump();
-      while (h.size() % 8 != 0) h.push_back(' ');
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      std::ifstream spool(m_spool_path, std::ios::binary);
-      TRIMKV_CHECK(out.good() && spool.good(), Io, "cannot write '", tmp, "'");
+      TRIMKV_ASSERT(h.size() <= m_header_room, "weight cache header of ", h.size(), " bytes, room for ", m_header_room);
+      h.resize(m_header_room, ' ');  // JSON followed by spaces, as safetensors pads its headers
       const uint64_t hlen = h.size();
-      out.write(reinterpret_cast<const char*>(&hlen), 8);
-      out.write(h.data(), static_cast<std::streamsize>(h.size()));
-      std::vector<char> buf(1 << 20);
-      for (const auto& [name, e] : m_entries) {
-        if (!e.spooled) {  // an accepted entry of the old file, paged in again from it
-          const TensorInfo& t = m_file->tensors().at(name);
-          out.write(reinterpret_cast<const char*>(t.data), static_cast<std::streamsize>(t.n_bytes));
-          m_file->release(t);
-          continue;
-        }
-        spool.seekg(static_cast<std::streamoff>(e.offset));
-        for (uint64_t left = e.n_bytes; left > 0;) {
-          const auto n = static_cast<std::streamsize>(std::min<uint64_t>(left, buf.size()));
-          spool.read(buf.data(), n);
-          TRIMKV_CHECK(spool.gcount() == n, Io, "'", m_spool_path, "' is shorter than what was written to it");
-          out.write(buf.data(), n);
-          left -= static_cast<uint64_t>(n);
-        }
-      }
-      out.close();
-      TRIMKV_CHECK(out.good(), Io, "write to '", tmp, "' failed (disk full?)");
+      m_out->seekp(0);
+      m_out->write(reinterpret_cast<const char*>(&hlen), 8);
+      m_out->write(h.data(), static_cast<std::streamsize>(h.size()));
+      m_out->close();
+      TRIMKV_CHECK(m_out->good(), Io, "write to '", m_tmp_path, "' failed (disk full?)");
+      m_out.reset();
       m_file.reset();  // unmapped before the rename replaces it
       std::error_code ec;
-      fs::rename(tmp, m_path, ec);
-      TRIMKV_CHECK(!ec, Io, "cannot move '", tmp, "' to '", m_path, "': ", ec.message());
+      fs::rename(m_tmp_path, m_path, ec);
+      TRIMKV_CHECK(!ec, Io, "cannot move '", m_tmp_path, "' to '", m_path, "': ", ec.message());
     } catch (const Error& e) {
       failure = e.what();
-      std::error_code ec;
-      fs::remove(tmp, ec);
     }
   }
-  std::error_code ec;
-  m_spool.reset();
-  fs::remove(m_spool_path, ec);
+  if (m_out || !failure.empty()) {
+    m_out.reset();
+    std::error_code ec;
+    fs::remove(m_tmp_path, ec);
+  }
   if (!failure.empty())
     return refused + "the " + fmt + " blocks quantised at load could not be cached: " + failure;
+  std::error_code ec;
   const double mib = static_cast<double>(fs::file_size(m_path, ec)) / (1024.0 * 1024.0);
   char size[32];
   std::snprintf(size, sizeof size, "%.1f MiB", ec ? 0.0 : mib);

@@ -50,10 +50,11 @@ std::string weight_cache_dir();
 class WeightCache {
  public:
   // The cache of checkpoint `source` (a folder or a file; `files` are the files that hold its
-  // tensors) held in `format` (q8_0 or q4_0), under `dir`. Reads and checks an existing file;
-  // throws nothing for a bad one (it is refused, see note()).
+  // tensors) held in `format` (q8_0 or q4_0), under `dir`; `names` are the checkpoint's tensor
+  // names (they bound the size of the file's header). Reads and checks an existing file; throws
+  // nothing for a bad one (it is refused, see refused()).
   WeightCache(const std::string& source, const std::vector<std::string>& files, kernels::WeightFormat format,
-              const std::string& dir);
+              const std::string& dir, const std::vector<std::string>& names);
   ~WeightCache();
   WeightCache(const WeightCache&) = delete;
   WeightCache& operator=(const WeightCache&) = delete;
@@ -61,7 +62,8 @@ class WeightCache {
   // The cached blocks of matrix `name` [out, in] (an owned copy), or an undefined tensor when the
   // cache does not hold it as it should.
   at::Tensor take(const std::string& name, int64_t out, int64_t in);
-  // Blocks quantised this run for matrix `name` (spooled to disk, not kept in memory).
+  // Blocks quantised this run for matrix `name`: written straight into the new file (behind
+  // room left for its header), not kept in memory.
   void keep(const std::string& name, const at::Tensor& held);
   // After the load: writes the file when anything was quantised this run, and returns what
   // happened, for the user ("" when the cache was not used at all).
@@ -74,19 +76,20 @@ class WeightCache {
  private:
   struct Entry {
     std::vector<int64_t> shape;
-    bool spooled = false;    // in the spool file (else in the accepted cache file)
-    uint64_t offset = 0;     // in the spool file
+    bool written = false;    // already in the new file (else still only in the accepted one)
+    uint64_t offset = 0;     // in the new file's data buffer
     uint64_t n_bytes = 0;
   };
-  std::string m_path, m_spool_path;
+  std::string m_path, m_tmp_path;  // the cache file, the new one being written
+  uint64_t m_header_room = 0;      // bytes left for the new file's header (8-byte length excluded)
   kernels::WeightFormat m_format;
   std::map<std::string, std::string> m_metadata;  // what a file for this checkpoint must say
   std::shared_ptr<SafetensorsFile> m_file;        // the accepted cache file
   std::string m_refused;
   std::map<std::string, Entry> m_entries;  // every matrix asked for this run
-  std::unique_ptr<std::ofstream> m_spool;
-  uint64_t m_spooled = 0;
-  std::string m_spool_error;
+  std::unique_ptr<std::ofstream> m_out;  // the new file
+  uint64_t m_written = 0;                // data bytes written to it
+  std::string m_write_error;
   int m_hits = 0;
 };
 
