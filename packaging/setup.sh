@@ -17,6 +17,7 @@ PACKAGES=(
   catch2
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the GUI (optional)
   xvfb xauth                          # GUI screenshot under a virtual X server
+  help2man                            # man pages from the programs' --help (the .deb)
 )
 
 want_oracle=0

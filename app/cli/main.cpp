@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/version.h"
 
 namespace {
 
@@ -26,7 +27,7 @@ const char* kUsage =
     "  eval-sweep   eval for every eviction policy x KV budget (CSV + Markdown table)\n"
     "  train-demo   train the embedded demo VLM (and its gates) from scratch on the world\n"
     "\n"
-    "Run 'trimkv <command> --help' for the options of a command.\n";
+    "Run 'trimkv <command> --help' for the options of a command; 'trimkv --version' for the version.\n";
 
 }  // namespace
 
@@ -37,6 +38,10 @@ int main(int argc, char** argv) {
       !std::strcmp(argv[1], "help")) {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version") || !std::strcmp(argv[1], "version")) {
+    std::cout << trimkv::version_line("trimkv") << "\n";
+    return 0;
   }
   const std::string command = argv[1];
   try {

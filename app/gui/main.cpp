@@ -1,11 +1,13 @@
 // trimkv-studio: the TrimKV Studio desktop application (issue 7).
 //   trimkv-studio [--model DIR]            the window, on DIR or the embedded demo model
 //   trimkv-studio --screenshot FILE.png    sample conversation, render the window, save, exit
+//   trimkv-studio --version                the version and git revision (no display needed)
 #include <QApplication>
 #include <QCommandLineParser>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include "main_window.h"
@@ -14,16 +16,25 @@
 #include "screenshot_run.h"
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/default_model.h"
+#include "trimkv/core/version.h"
 
 int main(int argc, char** argv) {
+  // --version needs no display: answered before Qt opens one.
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--version") || !std::strcmp(argv[i], "-v")) {
+      std::printf("%s\n", trimkv::version_line("trimkv-studio").c_str());
+      return 0;
+    }
   trimkv::tune_cpu_runtime(argv);  // before Qt or any thread exists (may re-execute once)
   QApplication app(argc, argv);
+  QApplication::setApplicationVersion(QString::fromStdString(trimkv::version_line("trimkv-studio")));
   QApplication::setApplicationName(QStringLiteral("TrimKV Studio"));
   QApplication::setOrganizationName(QStringLiteral("TrimKV"));
 
   QCommandLineParser parser;
   parser.setApplicationDescription(QStringLiteral("Multi-turn image chat with a live view of the KV cache under eviction."));
   parser.addHelpOption();
+  parser.addVersionOption();
   const QCommandLineOption modelOpt(QStringLiteral("model"), QStringLiteral("Model folder (default: the embedded demo model)."),
                                     QStringLiteral("DIR"));
   const QCommandLineOption shotOpt(QStringLiteral("screenshot"),
