@@ -130,6 +130,12 @@ OptionSpec image_size_option() {
           "processor's own), Qwen-VL allow PX x PX pixels per image (default: the processor's own)"};
 }
 
+int threads_arg(const Args& args) {
+  const int v = args.get_int("threads", 0);
+  if (v < 0) throw UsageError("--threads must be 0 (every core) or a positive count, got " + args.get("threads"));
+  return v;  // more than the machine's cores: set_compute_threads clamps, with a warning
+}
+
 int image_size_arg(const Args& args) {
   const int v = args.get_int("image-size", 0);
   if (v < 0 || v > 16384) throw UsageError("--image-size must be a side of 1 to 16384 pixels, got " + args.get("image-size"));

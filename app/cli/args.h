@@ -53,6 +53,8 @@ std::vector<TemplateVar> parse_template_vars(const Args& args);
 // commands; weights_arg() checks it before the (slow) model load (UsageError naming it).
 OptionSpec weights_option();
 std::string weights_arg(const Args& args);
+// --threads: 0 (every core, the default) or a positive count; negative -> UsageError.
+int threads_arg(const Args& args);
 // --kv-dtype, likewise (kv_dtype_arg checks it first).
 OptionSpec kv_dtype_option();
 std::string kv_dtype_arg(const Args& args);

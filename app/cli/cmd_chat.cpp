@@ -78,7 +78,7 @@ int cmd_chat(int argc, char** argv, int first) {
   if (params.max_new_tokens <= 0) throw UsageError("--max-new-tokens must be > 0");
   EngineOptions options;
   options.template_vars = parse_template_vars(args);
-  options.threads = args.get_int("threads", 0);
+  options.threads = threads_arg(args);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
   options.weights = weights_arg(args);

@@ -57,7 +57,7 @@ int cmd_eval(int argc, char** argv, int first) {
   if (args.has("trace") || args.has("trace-csv"))
     throw UsageError("eval runs many conversations: --trace / --trace-csv are for generate and chat");
   EngineOptions options;
-  options.threads = args.get_int("threads", 0);
+  options.threads = threads_arg(args);
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);

@@ -223,7 +223,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     conversations = w::read_world_jsonl(data, limit, &read_failures);
     TRIMKV_CHECK(!conversations.empty(), Input, "--data ", data, ": no conversation to evaluate");
     EngineOptions options;
-    options.threads = args.get_int("threads", 0);
+    options.threads = threads_arg(args);
     options.gates = args.get("gates");
     options.weights = weights_arg(args);
     options.kv_dtype = kv_dtype_arg(args);

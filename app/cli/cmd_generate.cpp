@@ -131,7 +131,7 @@ int cmd_generate(int argc, char** argv, int first) {
   if (args.has("prompt-ids")) prompt_ids = parse_ids(args.get("prompt-ids"));
 
   EngineOptions options;
-  options.threads = args.get_int("threads", 0);
+  options.threads = threads_arg(args);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
   options.weights = weights_arg(args);

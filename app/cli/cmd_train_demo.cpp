@@ -80,7 +80,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
   o.chat_short.batch = args.get_int("short-batch", static_cast<int>(d.chat_short.batch));
   o.chat_short.objects_ramp = args.get_int("short-ramp", static_cast<int>(d.chat_short.objects_ramp));
-  o.threads = args.get_int("threads", 0);
+  o.threads = threads_arg(args);
   const bool tty = isatty(fileno(stderr));
 
   g_stop.store(false);

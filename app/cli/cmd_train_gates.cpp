@@ -79,7 +79,7 @@ int cmd_train_gates(int argc, char** argv, int first) {
   o.checkpoint_path = args.get("checkpoint");
   o.checkpoint_every = args.get_int("checkpoint-every", 100);
   o.resume = args.flag("resume");
-  o.threads = args.get_int("threads", 0);
+  o.threads = threads_arg(args);
   if (o.untied && o.kind != GateKind::DBTrimKV) throw UsageError("--untied applies to --kind dbtrimkv only");
   const bool json = args.flag("json");
   const bool tty = isatty(fileno(stderr));

@@ -1,11 +1,14 @@
 #include "trimkv/core/cpu_tuning.h"
 
+#include "trimkv/core/error.h"
+
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <thread>
 
 namespace trimkv {
@@ -53,7 +56,14 @@ void tune_cpu_runtime(char** argv) {
 }
 
 int set_compute_threads(int n) {
-  const int want = n > 0 ? n : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  TRIMKV_CHECK(n >= 0, Input, "a thread count must be 0 (every hardware thread) or more, got ", n);
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (n > cores) {  // more threads than the machine has only queue behind each other (and 10^5 never start)
+    std::fprintf(stderr, "trimkv: %d threads asked for; this machine has %d hardware threads: using %d\n", n, cores,
+                 cores);
+    n = cores;
+  }
+  const int want = n > 0 ? n : cores;
   at::set_num_threads(want);
   return at::get_num_threads();
 }

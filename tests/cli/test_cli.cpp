@@ -1,6 +1,7 @@
 // The `trimkv` command line as a user runs it: output formats, exit codes, error messages.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/cli_runner.h"
 #include "test_util.h"
@@ -118,4 +119,26 @@ TEST_CASE("--kv-dtype sets the cache's storage, shown by info; GGUF files open l
   const trimkv::test::CliRun t2 = run_cli({"tokenize", "--model", kModel, "--text", "Hello world"});
   CHECK(t.out == t2.out);
   require_clean_error(run_cli({"info", "--model", trimkv::test::data_dir() + "/gguf/tokens.json"}), "not a GGUF file");
+}
+
+TEST_CASE("trimkv --threads: negative counts are refused, absurd ones clamped to the machine with a warning",
+          "[cli][bad-input]") {
+  require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2,3", "--max-new-tokens", "2",
+                               "--threads", "-3"}),
+                      "--threads must be 0 (every core) or a positive count, got -3");
+  // 100,000 threads would never start; the run clamps, warns, and finishes like any other.
+  const Run r = run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2,3", "--max-new-tokens", "2",
+                         "--threads", "100000", "--json"});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.err, Catch::Contains("100000 threads asked for") && Catch::Contains("hardware threads: using"));
+  REQUIRE_THAT(r.out, Catch::Contains("\"tokens\""));
+}
+
+TEST_CASE("trimkv --version prints CMake's project version and, built from git, the revision", "[cli]") {
+  const Run r = run_cli({"--version"});
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.out, Catch::StartsWith(std::string("trimkv ") + TRIMKV_PROJECT_VERSION));
+  if (std::filesystem::exists(std::string(TRIMKV_SOURCE_DIR) + "/.git"))
+    REQUIRE_THAT(r.out, Catch::Contains(" (git ") && Catch::EndsWith(")\n"));
 }

@@ -75,6 +75,15 @@ TEST_CASE("Malformed config JSON and bad fields are named", "[load][bad-input]")
     REQUIRE(e.kind() == ErrorKind::Format);
     REQUIRE_THAT(std::string(e.what()), Catch::Contains("config.json") && Catch::Contains("malformed JSON"));
   }
+  SECTION("a key given twice (which one holds?)") {
+    std::string text = test::read_bytes(dir.file("config.json"));
+    text.insert(text.find('{') + 1, "\"num_hidden_layers\": 7, ");
+    test::write_text(dir.file("config.json"), text);
+    Error e = load_error(dir.path());
+    REQUIRE(e.kind() == ErrorKind::Format);
+    REQUIRE_THAT(std::string(e.what()), Catch::Contains("config.json") &&
+                                            Catch::Contains("the key 'num_hidden_layers' appears twice"));
+  }
   SECTION("missing field") {
     edit_config(dir.path(), [](auto& j) { j.erase("num_hidden_layers"); });
     REQUIRE_THAT(std::string(load_error(dir.path()).what()), Catch::Contains("num_hidden_layers"));

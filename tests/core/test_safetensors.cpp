@@ -2,6 +2,7 @@
 #include <ATen/ATen.h>
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <cstring>
 
 #include "test_util.h"
@@ -105,6 +106,21 @@ TEST_CASE("safetensors errors name the file and the problem", "[weights][bad-inp
     write_raw(dir.file("j.safetensors"), "{\"w\": {\"dtype\": ", "");
     REQUIRE_THAT(error_of([&] { SafetensorsFile f(dir.file("j.safetensors")); }),
                  Catch::Contains("malformed JSON"));
+  }
+  SECTION("a header naming one tensor twice (a lenient reader would keep either)") {
+    write_raw(dir.file("twice.safetensors"),
+              R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]},
+                  "w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
+              std::string(8, '\0'));
+    REQUIRE_THAT(error_of([&] { SafetensorsFile f(dir.file("twice.safetensors")); }),
+                 Catch::Contains("twice.safetensors") && Catch::Contains("the key 'w' appears twice"));
+  }
+  SECTION("a header over the format's 100 MiB limit, in a file large enough to hold it") {
+    write_raw(dir.file("big.safetensors"), "{}", "", 200ull << 20);
+    std::filesystem::resize_file(dir.file("big.safetensors"), 300ull << 20);  // sparse: no disk used
+    REQUIRE_THAT(error_of([&] { SafetensorsFile f(dir.file("big.safetensors")); }),
+                 Catch::Contains("big.safetensors") && Catch::Contains("over the format's limit") &&
+                     !Catch::Contains("exceeds the file"));
   }
   SECTION("unknown dtype") {
     write_raw(dir.file("d.safetensors"),

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "test_util.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/tokenizer.h"
 
@@ -288,6 +289,21 @@ TEST_CASE("Tokenizer::from_file rejects a non-BPE model as Unsupported, naming t
 TEST_CASE("Tokenizer::from_file rejects malformed JSON as a Format error naming the file", "[tokenizer]") {
   const std::string path = kDataDir + "/bad/malformed/tokenizer.json";
   require_error([&] { Tokenizer::from_file(path); }, ErrorKind::Format, {path});
+}
+
+TEST_CASE("Tokenizer::from_file refuses contradictions: two tokens with one id, one key twice, ids that are not "
+          "integers", "[tokenizer][bad-input]") {
+  trimkv::test::ScratchDir dir("tok-contradict");
+  const std::string path = dir.file("tokenizer.json");
+  auto with_model = [&](const std::string& model) {
+    trimkv::test::write_text(path, R"({"version": "1.0", "added_tokens": [], "model": )" + model + "}");
+  };
+  with_model(R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 1}, "merges": []})");
+  require_error([&] { Tokenizer::from_file(path); }, ErrorKind::Format, {path, "id 1 to two tokens", "'b'", "'c'"});
+  with_model(R"({"type": "BPE", "vocab": {"a": 0, "b": 1, "a": 2}, "merges": []})");
+  require_error([&] { Tokenizer::from_file(path); }, ErrorKind::Format, {path, "the key 'a' appears twice"});
+  with_model(R"({"type": "BPE", "vocab": {"a": 0, "b": "1"}, "merges": []})");
+  require_error([&] { Tokenizer::from_file(path); }, ErrorKind::Format, {path, "token 'b'", "not an integer"});
 }
 
 TEST_CASE("Tokenizer::from_file rejects a tokenizer.json without \"model\" as a Format error",

@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/layers.h"
 #include "trimkv/vision/train_gates_vlm.h"
@@ -142,7 +143,7 @@ TrainResult train_gates_vlm(const TrainOptions& options, const std::function<voi
     return train_gates(options, on_warning, on_setup, on_progress, cancel);
   TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  if (options.threads > 0) set_compute_threads(options.threads);
   const std::shared_ptr<const VlmModel> model = load_vlm(options.model_dir, {}, {"f32"});  // autograd runs in float32
   const VlmSampleEncoder media(model);
   return train_gates_on(model->text, &media, options, on_warning, on_setup, on_progress, cancel);

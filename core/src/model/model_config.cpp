@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/json_input.h"
 #include "trimkv/core/gguf_model.h"
 #include "trimkv/core/text_family.h"
 
@@ -16,16 +17,12 @@ using json = nlohmann::json;
 
 json read_json(const std::string& path) {
   TRIMKV_CHECK(std::filesystem::exists(path), Io, "'", path, "' does not exist");
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
-  try {
-    json j;
-    in >> j;
-    TRIMKV_CHECK(j.is_object(), Format, "'", path, "' is not a JSON object");
-    return j;
-  } catch (const json::exception& e) {
-    TRIMKV_FAIL(Format, "'", path, "': malformed JSON: ", e.what());
-  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  json j = parse_json_input(text, "'" + path + "'");
+  TRIMKV_CHECK(j.is_object(), Format, "'", path, "' is not a JSON object");
+  return j;
 }
 
 // Looks a field up in the text section first, then at top level (flat configs).

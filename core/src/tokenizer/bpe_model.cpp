@@ -15,6 +15,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& file) {
                ": model.vocab must be an object {token: id}");
   int32_t max_id = -1;
   for (const auto& [token, id_json] : model.at("vocab").items()) {
+    TRIMKV_CHECK(id_json.is_number_integer(), Format, file, ": vocab id of token '", token, "' is ", id_json.dump(),
+                 ", not an integer");
     const int64_t id = id_json.get<int64_t>();
     TRIMKV_CHECK(id >= 0 && id < (int64_t{1} << 31) - 1, Format, file, ": vocab id ", id,
                  " of token '", token, "' is out of range");
@@ -24,6 +26,8 @@ BpeModel::BpeModel(const nlohmann::json& model, const std::string& file) {
   m_id_to_token.resize(static_cast<size_t>(max_id + 1));
   m_has_id.resize(static_cast<size_t>(max_id + 1), false);
   for (const auto& [token, id] : m_vocab) {
+    TRIMKV_CHECK(!m_has_id[id], Format, file, ": vocab gives id ", id, " to two tokens, '", m_id_to_token[id],
+                 "' and '", token, "'");
     m_id_to_token[id] = token;
     m_has_id[id] = true;
   }

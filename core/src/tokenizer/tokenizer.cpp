@@ -9,6 +9,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/json_input.h"
 
 namespace trimkv {
 namespace {
@@ -23,12 +24,7 @@ std::string read_file(const std::string& path) {
 }
 
 nlohmann::json parse_json(const std::string& path) {
-  const std::string text = read_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    TRIMKV_FAIL(Format, path, ": malformed JSON: ", e.what());
-  }
+  return parse_json_input(read_file(path), path);
 }
 
 bool file_exists(const std::string& path) { return std::ifstream(path).good(); }

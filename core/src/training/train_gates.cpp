@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
 #include "trimkv/core/text_model.h"
@@ -14,7 +15,7 @@ TrainResult train_gates(const TrainOptions& options, const std::function<void(co
                         const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
-  if (options.threads > 0) at::set_num_threads(options.threads);
+  if (options.threads > 0) set_compute_threads(options.threads);
   // Float32 whatever the files hold: the training forward runs under autograd, in float32.
   const TextModel model = load_text_model(options.model_dir, {"f32"});
   // Text decoders; VLM folders go through vision::train_gates_vlm (which passes its encoder).

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/json_input.h"
 
 namespace trimkv {
 
@@ -99,16 +100,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
                " bytes, shorter than the 8-byte header length");
   uint64_t header_len = 0;
   std::memcpy(&header_len, m_file->data(), 8);  // little-endian on every supported host
-  TRIMKV_CHECK(header_len <= kMaxHeaderBytes && header_len <= file_size - 8, Format, "'", path,
-               "': header length ", header_len, " exceeds the file (", file_size,
-               " bytes): truncated or not a safetensors file");
+  TRIMKV_CHECK(header_len <= file_size - 8, Format, "'", path, "': header length ", header_len,
+               " exceeds the file (", file_size, " bytes): truncated or not a safetensors file");
+  TRIMKV_CHECK(header_len <= kMaxHeaderBytes, Format, "'", path, "': header length ", header_len,
+               " bytes is over the format's limit of ", kMaxHeaderBytes, " bytes (100 MiB)");
   const char* hbegin = reinterpret_cast<const char*>(m_file->data() + 8);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(hbegin, hbegin + header_len);
-  } catch (const nlohmann::json::exception& e) {
-    TRIMKV_FAIL(Format, "'", path, "': malformed JSON header: ", e.what());
-  }
+  // Strict: a header naming one tensor twice is refused (a lenient reader keeps either).
+  const nlohmann::json header =
+      parse_json_input(std::string(hbegin, hbegin + header_len), "'" + path + "' (JSON header)");
   TRIMKV_CHECK(header.is_object(), Format, "'", path, "': header is not a JSON object");
 
   const uint8_t* buffer = m_file->data() + 8 + header_len;

@@ -12,6 +12,7 @@
 
 #include "demo/demo_internal.h"
 #include "trimkv/core/bpe_trainer.h"
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
 #include "trimkv/core/weight_store.h"
@@ -305,8 +306,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                       const std::atomic<bool>* cancel) {
   check_options(o);
   // LibTorch counts physical cores; on a 2-vCPU machine that is one thread, half the speed.
-  const int threads = o.threads > 0 ? o.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  at::set_num_threads(threads);
+  const int threads = set_compute_threads(o.threads);
   auto say = [&](const std::string& s) {
     if (on_message) on_message(s);
   };
