@@ -22,6 +22,8 @@
 #include <utility>
 #include <vector>
 
+#include <cpuid.h>
+
 #include "gemv_lowp.h"
 
 namespace trimkv::kernels {
@@ -30,13 +32,19 @@ namespace {
 
 enum class Isa { Avx512, Avx2, Portable };
 
+// F16C from CPUID (leaf 1, ECX bit 29): clang before 16 has no "f16c" for __builtin_cpu_supports.
+bool cpu_has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 Isa detect_isa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-      __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+      __builtin_cpu_supports("fma") && cpu_has_f16c())
     return Isa::Avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
     return Isa::Avx2;
   return Isa::Portable;
 }

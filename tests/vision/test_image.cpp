@@ -96,6 +96,21 @@ TEST_CASE("bad image files are refused with an error naming the file", "[vision]
   }
 }
 
+TEST_CASE("a PNG header declaring 2^32 - 1 pixels a side is refused, its pixel count not overflowing",
+          "[vision][image][errors]") {
+  // Found by the image fuzz target (tests/fuzz/regressions/image): the sides' product overflowed int64.
+  std::string png("\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR\xff\xff\xff\xff\xff\xff\xff\xff\x08\x02\0\0\0", 29);
+  png += std::string(4, '\0');  // CRC (not checked before the size)
+  try {
+    decode_image_memory(reinterpret_cast<const uint8_t*>(png.data()), png.size(), "huge.png");
+    FAIL("no error");
+  } catch (const Error& e) {
+    REQUIRE(e.kind() == ErrorKind::Input);
+    REQUIRE_THAT(e.what(), Catch::Contains("huge.png") && Catch::Contains("4294967295x4294967295") &&
+                               Catch::Contains("above the limit"));
+  }
+}
+
 TEST_CASE("the pixel limit is checked from the header before decoding", "[vision][image][errors]") {
   DecodeOptions tight;
   tight.max_pixels = 60 * 45 - 1;  // a.png is 60 x 45

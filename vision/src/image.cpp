@@ -164,10 +164,11 @@ RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string
                size, " bytes)");
   const int len = static_cast<int>(size);
   int64_t hw = 0, hh = 0;
-  if (header_size(data, size, hw, hh))
-    TRIMKV_CHECK(hw * hh <= options.max_pixels, Input, "image '", name, "' is ", hw, "x", hh, " = ",
-                 hw * hh, " pixels, above the limit of ", options.max_pixels,
-                 " pixels (refused before decoding)");
+  // Header sides reach 2^32 - 1 (PNG): compared by division, their product could overflow.
+  if (header_size(data, size, hw, hh) && hw > 0 && hh > 0)
+    TRIMKV_CHECK(hh <= options.max_pixels / hw, Input, "image '", name, "' is ", hw, "x", hh, " = ",
+                 static_cast<double>(hw) * static_cast<double>(hh), " pixels, above the limit of ",
+                 options.max_pixels, " pixels (refused before decoding)");
   int w = 0, h = 0, channels = 0;
   if (!stbi_info_from_memory(data, len, &w, &h, &channels))
     TRIMKV_FAIL(Input, "'", name, "' is not an image this program can read (PNG, JPEG, BMP, GIF): ",

@@ -162,7 +162,9 @@ void select_top_k_joint(const KvBookkeeping& kv, const StreamScores& scores,
         for (size_t e = 0; e < sc.size(); ++e) out[e] = rank_key(sc[e]);
       }
     });
-    const auto [t, below] = kth_smallest_key(keys, k_joint);
+    const KthKey kth = kth_smallest_key(keys, k_joint);  // (no structured binding: lambdas use t)
+    const uint32_t t = kth.key;
+    const int64_t below = kth.below;
     struct Tie {
       int32_t token;
       int32_t stream;

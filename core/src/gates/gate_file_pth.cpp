@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "gates/pth_check.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 
@@ -21,6 +22,7 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const std::string& path)
   std::ifstream in(path, std::ios::binary);
   TRIMKV_CHECK(in.good(), Io, "cannot open '", path, "'");
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  check_torch_save_file(bytes, path);  // LibTorch's reader trusts the bytes: check them first
   c10::IValue value;
   try {
     value = torch::jit::pickle_load(bytes);
