@@ -2,9 +2,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/json_input.h"
 
 namespace trimkv {
 
@@ -63,12 +65,8 @@ std::vector<ContentPart> content_from_prompt(const std::string& text,
 std::vector<Message> read_messages_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TRIMKV_CHECK(in.good(), Io, "cannot read conversation file '", path, "'");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    TRIMKV_FAIL(Format, "'", path, "': malformed JSON: ", e.what());
-  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json j = parse_json_input(text, "'" + path + "'");
   const nlohmann::json& list = j.is_object() && j.contains("messages") ? j["messages"] : j;
   TRIMKV_CHECK(list.is_array(), Format, "'", path, "': expected a list of messages or {\"messages\": [...]}");
   const std::filesystem::path base = std::filesystem::path(path).parent_path();
@@ -85,7 +83,7 @@ std::vector<Message> read_messages_file(const std::string& path) {
     } else {
       TRIMKV_CHECK(c.is_array(), Format, where, ": 'content' must be a string or a list of parts");
       for (const nlohmann::json& part : c) {
-        const std::string type = part.is_object() ? part.value("type", "") : "";
+        const std::string type = string_field(part, "type", "", where);
         if (type == "text" && part.contains("text") && part["text"].is_string()) {
           msg.content.push_back(ContentPart::text_part(part["text"].get<std::string>()));
         } else if (type == "image") {

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/json_input.h"
 #include "trimkv/core/kv_bookkeeping.h"
 #include "trimkv/core/snapshot.h"
 
@@ -130,7 +131,7 @@ Trace trace_from_json(const std::string& text) {
   } catch (const std::exception& e) {
     TRIMKV_FAIL(Format, "trace JSON does not parse: ", e.what());
   }
-  TRIMKV_CHECK(j.is_object() && j.value("format", "") == "trimkv-trace", Format,
+  TRIMKV_CHECK(j.is_object() && string_field(j, "format", "", "trace JSON") == "trimkv-trace", Format,
                "not a trimkv trace (\"format\" must be \"trimkv-trace\")");
   TRIMKV_CHECK(field<int>(j, "version", "trace") == 1, Format, "trace JSON: unsupported version ",
                j.at("version").dump());

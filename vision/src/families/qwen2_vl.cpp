@@ -14,6 +14,7 @@
 #include "families/qwen_vl_encoder.h"
 #include "processors/processor_settings.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/json_input.h"
 #include "trimkv/core/layers.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/kernels/linear.h"
@@ -124,7 +125,7 @@ Qwen2VlConfig Qwen2VlConfig::from_file(const std::string& path) {
   const json top = read_json_object(path);
   Qwen2VlConfig c;
   QwenVisionConfig& v = c.vision;
-  const std::string type = top.value("model_type", std::string());
+  const std::string type = string_field(top, "model_type", "", "'" + path + "'");
   v.kind = type == "qwen2_5_vl" ? QwenVisionKind::Qwen2_5 : type == "qwen3_vl" ? QwenVisionKind::Qwen3 : QwenVisionKind::Qwen2;
   const json& j = json_section(top, "vision_config");
   try {

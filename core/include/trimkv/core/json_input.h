@@ -38,4 +38,14 @@ Json parse_json_input(const Text& text, const std::string& what) {
   return j;
 }
 
+// Field `key` of object `j` as a string: `fallback` when `j` is not an object or lacks the key (or
+// holds null); Error{Format} naming `what` and the key when it holds anything but a string
+// (nlohmann's value() would throw its own type_error, naming neither).
+inline std::string string_field(const nlohmann::json& j, const char* key, const std::string& fallback,
+                                const std::string& what) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  TRIMKV_CHECK(j[key].is_string(), Format, what, ": \"", key, "\" must be a string, not ", j[key].dump());
+  return j[key].get<std::string>();
+}
+
 }  // namespace trimkv
