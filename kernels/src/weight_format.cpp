@@ -21,9 +21,9 @@ namespace {
 inline uint16_t to_half_bits(float v) { return c10::Half(v).x; }
 inline float from_half_bits(uint16_t b) { return static_cast<float>(c10::Half(b, c10::Half::from_bits())); }
 
-int64_t block_bytes(WeightFormat f) { return f == WeightFormat::Q8_0 ? kQ8BlockBytes : kQ4BlockBytes; }
-
 }  // namespace
+
+int64_t quant_block_bytes(WeightFormat f) { return f == WeightFormat::Q8_0 ? kQ8BlockBytes : kQ4BlockBytes; }
 
 const char* weight_format_name(WeightFormat f) {
   switch (f) {
@@ -177,7 +177,7 @@ at::Tensor pack_weight(const at::Tensor& w, WeightFormat f) {
     fail(std::string("a ") + weight_format_name(f) + " matrix needs a width divisible by 32, this one is " +
          std::to_string(in) + " wide");
   const at::Tensor src = w.to(at::kFloat).contiguous();
-  const int64_t bb = block_bytes(f), nb = in / kQuantBlock;
+  const int64_t bb = quant_block_bytes(f), nb = in / kQuantBlock;
   at::Tensor packed = at::empty({out, nb, bb}, at::kByte);
   const float* s = src.data_ptr<float>();
   uint8_t* d = packed.data_ptr<uint8_t>();

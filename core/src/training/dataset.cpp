@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "fnv1a.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
 
@@ -17,12 +18,6 @@ namespace {
 struct LineProblem {
   std::string what;
 };
-
-std::string hex64(uint64_t v) {
-  std::ostringstream os;
-  os << std::hex << v;
-  return os.str();
-}
 
 }  // namespace
 
@@ -38,13 +33,12 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
   const int64_t vocab = model.config.vocab_size;
 
   Dataset ds;
-  uint64_t fnv = 1469598103934665603ull;
+  uint64_t fnv = kFnv1aOffset;
   std::string line;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
     ++line_no;
-    for (unsigned char c : line) fnv = (fnv ^ c) * 1099511628211ull;
-    fnv = (fnv ^ '\n') * 1099511628211ull;
+    fnv = fnv1a("\n", fnv1a(line, fnv));
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
     const std::string where = "line " + std::to_string(line_no) + ": ";
     try {

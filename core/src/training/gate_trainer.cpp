@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "trimkv/core/adamw.h"
+#include "fnv1a.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 #include "trimkv/core/gate_training.h"
@@ -30,18 +31,6 @@ namespace trimkv {
 namespace {
 
 constexpr const char* kCheckpointFormat = "trimkv-gate-checkpoint";
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string hex64(uint64_t v) {
-  std::ostringstream os;
-  os << std::hex << v;
-  return os.str();
-}
 
 }  // namespace
 

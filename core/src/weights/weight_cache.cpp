@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "fnv1a.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/safetensors.h"
 #include "trimkv/core/weight_store.h"
@@ -25,18 +26,6 @@ namespace {
 
 constexpr const char* kCacheFormat = "trimkv-weight-cache";
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-std::string hex64(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // [name, bytes, mtime_ns, sample hash] of one file of the checkpoint (see the header).
 nlohmann::json file_fingerprint(const std::string& path) {
   struct stat st {};
@@ -45,23 +34,19 @@ nlohmann::json file_fingerprint(const std::string& path) {
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   std::ifstream in(path, std::ios::binary);
   TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
-  uint64_t h = fnv1a(nullptr, 0);
+  uint64_t h = kFnv1aOffset;
   std::vector<char> buf(64 << 10);
   auto sample = [&](uint64_t at, size_t n) {
     if (at >= size) return;
     n = static_cast<size_t>(std::min<uint64_t>(n, size - at));
     in.seekg(static_cast<std::streamoff>(at));
     in.read(buf.data(), static_cast<std::streamsize>(n));
-    h = fnv1a(buf.data(), static_cast<size_t>(in.gcount()), h);
+    h = fnv1a_bytes(buf.data(), static_cast<size_t>(in.gcount()), h);
     in.clear();
   };
   sample(0, buf.size());
   for (uint64_t k = 1; k <= 16; ++k) sample(size / 17 * k, 4096);
   return nlohmann::json::array({fs::path(path).filename().string(), size, mtime_ns, hex64(h)});
-}
-
-int64_t block_bytes(kernels::WeightFormat f) {
-  return f == kernels::WeightFormat::Q8_0 ? kernels::kQ8BlockBytes : kernels::kQ4BlockBytes;
 }
 
 }  // namespace
@@ -92,7 +77,7 @@ WeightCache::WeightCache(const std::string& source, const std::vector<std::strin
   const std::string abs_source = ec ? source : abs.string();
   std::string stem = fs::path(abs_source).filename().string();
   if (stem.empty()) stem = "model";
-  m_path = (fs::path(dir) / (stem + "-" + hex64(fnv1a(abs_source.data(), abs_source.size())) + "." +
+  m_path = (fs::path(dir) / (stem + "-" + hex64(fnv1a(abs_source)) + "." +
                              kernels::weight_format_name(format) + ".safetensors"))
                .string();
   m_tmp_path = m_path + ".tmp-" + std::to_string(::getpid());
@@ -153,7 +138,7 @@ WeightCache::~WeightCache() {
 at::Tensor WeightCache::take(const std::string& name, int64_t out, int64_t in) {
   if (!m_file) return {};
   const auto it = m_file->tensors().find(name);
-  const std::vector<int64_t> shape = {out, in / kernels::kQuantBlock, block_bytes(m_format)};
+  const std::vector<int64_t> shape = {out, in / kernels::kQuantBlock, kernels::quant_block_bytes(m_format)};
   if (it == m_file->tensors().end() || it->second.dtype != DType::U8 || it->second.shape != shape) return {};
   at::Tensor held = at::empty(shape, at::kByte);
   std::memcpy(held.data_ptr(), it->second.data, it->second.n_bytes);

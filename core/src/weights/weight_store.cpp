@@ -262,8 +262,7 @@ at::Tensor WeightStore::load_matrix(const std::vector<std::string>& aliases, con
   const int64_t out = info.shape[0], in = info.shape[1];
   at::Tensor held;
   if (kernels::is_quantized(format)) {
-    const int64_t block = format == kernels::WeightFormat::Q8_0 ? kernels::kQ8BlockBytes : kernels::kQ4BlockBytes;
-    held = at::empty({out, in / kernels::kQuantBlock, block}, at::kByte);
+    held = at::empty({out, in / kernels::kQuantBlock, kernels::quant_block_bytes(format)}, at::kByte);
   } else {
     held = at::empty({out, in}, format == kernels::WeightFormat::BF16 ? at::kBFloat16 : at::kHalf);
   }

@@ -5,7 +5,7 @@
 // file of our own and read back as they are by later loads of the same checkpoint in the same
 // format: no float32 copy, no quantisation.
 //
-// Where: <dir>/<checkpoint name>-<16 hex digits: hash of its absolute path>.<q8|q4>.safetensors,
+// Where: <dir>/<checkpoint name>-<hex FNV-1a hash of its absolute path>.<q8|q4>.safetensors,
 // with <dir> = $TRIMKV_WEIGHT_CACHE_DIR, else $XDG_CACHE_HOME/trimkv/weights, else
 // ~/.cache/trimkv/weights. TRIMKV_WEIGHT_CACHE=0 (or ModelLoadOptions::weight_cache = false)
 // turns it off. Deleting the folder is always safe.

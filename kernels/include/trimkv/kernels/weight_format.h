@@ -23,7 +23,9 @@ constexpr int64_t kQuantBlock = 32;      // values per quantised block
 constexpr int64_t kQ8BlockBytes = 34;    // 2 + 32
 constexpr int64_t kQ4BlockBytes = 18;    // 2 + 16
 
-const char* weight_format_name(WeightFormat f);  // "f32", "bf16", "f16", "q8", "q4"
+const char* weight_format_name(WeightFormat f);
+// Bytes of one block of a quantised format (q8_0: 34, q4_0: 18).
+int64_t quant_block_bytes(WeightFormat f);  // "f32", "bf16", "f16", "q8", "q4"
 // Accepts f32, bf16, f16, q8 (q8_0), q4 (q4_0); throws std::invalid_argument naming the text.
 WeightFormat parse_weight_format(const std::string& name);
 bool is_quantized(WeightFormat f);
