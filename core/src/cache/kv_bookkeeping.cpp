@@ -181,8 +181,8 @@ std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& t
   return slots;
 }
 
-void KvBookkeeping::compact(Stream& s, const std::vector<int32_t>& keep, int32_t bs, std::vector<SlotMove>& moves,
-                            std::vector<int32_t>& freed) {
+void KvBookkeeping::compact(Stream& s, const std::vector<int32_t>& keep, int32_t bs, Compaction compaction,
+                            std::vector<SlotMove>& moves, std::vector<int32_t>& freed) {
   const int32_t len = static_cast<int32_t>(s.entries.size());
   const int32_t n_keep = static_cast<int32_t>(keep.size());
   const int32_t shift = len - n_keep;  // entries dropped
@@ -200,10 +200,15 @@ void KvBookkeeping::compact(Stream& s, const std::vector<int32_t>& keep, int32_t
     to_front += keep[static_cast<size_t>(j)] != j;
     to_back += keep[static_cast<size_t>(j)] != shift + j;
   }
+  // Kept entries behind the first n_keep positions, keep[tail..]: as many as the holes in front,
+  // the rows filling them from the tail would move.
+  const int32_t tail = static_cast<int32_t>(std::lower_bound(keep.begin(), keep.end(), n_keep) - keep.begin());
+  const bool fill = compaction == Compaction::kFillFromTail && n_keep - tail < to_front;
+  const int32_t front_moves = fill ? n_keep - tail : to_front;
   // Toward the end only when it moves fewer rows and holds no more blocks afterwards.
   const int32_t blocks_front = (s.start + n_keep + bs - 1) / bs;
   const int32_t blocks_back = ((s.start + shift) % bs + n_keep + bs - 1) / bs;
-  if (to_back < to_front && blocks_back <= blocks_front) {
+  if (to_back < front_moves && blocks_back <= blocks_front) {
     moves.reserve(static_cast<size_t>(to_back));
     // From the last kept entry down: a move reads keep[j] < every position an earlier move
     // (at j' > j, writing shift + j' > keep[j]) wrote.
@@ -221,14 +226,30 @@ void KvBookkeeping::compact(Stream& s, const std::vector<int32_t>& keep, int32_t
     s.start = first % bs;
     return;
   }
-  moves.reserve(static_cast<size_t>(to_front));
-  // Toward the front: entry keep[j] moves to position j <= keep[j]. A move reads position
-  // keep[j], which no earlier move (writing positions < j <= keep[j]) has touched.
-  for (int32_t j = 0; j < n_keep; ++j) {
-    const int32_t src = keep[static_cast<size_t>(j)];
-    if (src == j) continue;
-    s.entries[static_cast<size_t>(j)] = s.entries[static_cast<size_t>(src)];
-    moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, j, bs)});
+  if (fill) {
+    moves.reserve(static_cast<size_t>(n_keep - tail));
+    // The i-th hole among positions [0, n_keep) takes keep[tail + i] >= n_keep: no move reads a
+    // position another one writes.
+    int32_t j = 0, filler = tail;
+    for (int32_t p = 0; p < n_keep && filler < n_keep; ++p) {
+      if (j < tail && keep[static_cast<size_t>(j)] == p) {
+        ++j;
+        continue;
+      }
+      const int32_t src = keep[static_cast<size_t>(filler++)];
+      s.entries[static_cast<size_t>(p)] = s.entries[static_cast<size_t>(src)];
+      moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, p, bs)});
+    }
+  } else {
+    moves.reserve(static_cast<size_t>(to_front));
+    // Toward the front: entry keep[j] moves to position j <= keep[j]. A move reads position
+    // keep[j], which no earlier move (writing positions < j <= keep[j]) has touched.
+    for (int32_t j = 0; j < n_keep; ++j) {
+      const int32_t src = keep[static_cast<size_t>(j)];
+      if (src == j) continue;
+      s.entries[static_cast<size_t>(j)] = s.entries[static_cast<size_t>(src)];
+      moves.push_back(SlotMove{slot_of(s, src, bs), slot_of(s, j, bs)});
+    }
   }
   s.entries.resize(static_cast<size_t>(n_keep));
   const size_t n_blocks_kept = static_cast<size_t>((s.start + n_keep + bs - 1) / bs);
@@ -236,12 +257,13 @@ void KvBookkeeping::compact(Stream& s, const std::vector<int32_t>& keep, int32_t
   s.blocks.resize(n_blocks_kept);
 }
 
-ApplyResult KvBookkeeping::apply(const EvictionPlan& plan) {
+ApplyResult KvBookkeeping::apply(const EvictionPlan& plan, const ApplyHooks& hooks, Compaction compaction) {
   plan.validate(*this);
   const int32_t bs = m_geometry.block_size;
   const int64_t n_streams = static_cast<int64_t>(m_streams.size());
-  // Heads are independent: compacted across the threads, their moves and freed blocks gathered
-  // in head order afterwards (the pool sees the same releases in the same order as one by one).
+  // Heads are independent: compacted across the threads, their moves (unless a hook runs them)
+  // and freed blocks gathered in head order afterwards (the pool sees the same releases in the
+  // same order as one by one).
   std::vector<std::vector<SlotMove>> moves(static_cast<size_t>(n_streams));
   std::vector<std::vector<int32_t>> freed(static_cast<size_t>(n_streams));
   ApplyResult result;
@@ -251,10 +273,17 @@ ApplyResult KvBookkeeping::apply(const EvictionPlan& plan) {
                                                        static_cast<int>(si % m_geometry.n_kv_head))
                                                  .size());
   at::parallel_for(0, n_streams, 8, [&](int64_t s0, int64_t s1) {
-    for (int64_t si = s0; si < s1; ++si)
+    for (int64_t si = s0; si < s1; ++si) {
+      if (hooks.before) hooks.before(si);
+      std::vector<SlotMove>& m = moves[static_cast<size_t>(si)];
       compact(m_streams[static_cast<size_t>(si)],
               plan.keep(static_cast<int>(si / m_geometry.n_kv_head), static_cast<int>(si % m_geometry.n_kv_head)), bs,
-              moves[static_cast<size_t>(si)], freed[static_cast<size_t>(si)]);
+              compaction, m, freed[static_cast<size_t>(si)]);
+      if (hooks.run_moves) {
+        if (!m.empty()) hooks.run_moves(si, m);
+        m = {};
+      }
+    }
   });
   m_total_entries -= result.n_evicted;
   size_t n_moves = 0;

@@ -137,21 +137,20 @@ void KvCache::append_rows(int il, const float* k, const float* v, int64_t token_
   }
 }
 
-ApplyResult KvCache::apply(const EvictionPlan& plan) {
-  ApplyResult result = m_book.apply(plan);
-  refresh_views();
-  if (!result.moves.empty() && m_k.device().is_cpu()) {
-    // Within a stream, in the bookkeeping's order no move reads a slot an earlier one wrote
-    // (kv_bookkeeping.h), so the moves run in order; runs of consecutive source and destination
-    // slots move as one memmove (kept entries mostly shift in runs). Streams own disjoint slots:
-    // they are spread over the threads.
+ApplyResult KvCache::apply(const EvictionPlan& plan, const std::function<void(int64_t)>& before_stream,
+                           Compaction compaction) {
+  ApplyHooks hooks;
+  hooks.before = before_stream;
+  if (m_k.device().is_cpu()) {
+    // Each stream's rows move on the thread that compacted it, right away (its moves are still in
+    // cache): in the bookkeeping's order no move reads a slot an earlier one wrote
+    // (kv_bookkeeping.h), so they run in order; runs of consecutive source and destination slots
+    // move as one memmove (kept entries mostly shift in runs).
     const size_t row = static_cast<size_t>(geometry().head_dim) * m_k.element_size();
-    uint8_t* bases[2] = {static_cast<uint8_t*>(m_k.data_ptr()), static_cast<uint8_t*>(m_v.data_ptr())};
-    const std::vector<SlotMove>& mv = result.moves;
-    const std::vector<size_t>& begin = result.stream_moves;
-    at::parallel_for(0, static_cast<int64_t>(begin.size()) - 1, 4, [&](int64_t s0, int64_t s1) {
+    uint8_t* const bases[2] = {static_cast<uint8_t*>(m_k.data_ptr()), static_cast<uint8_t*>(m_v.data_ptr())};
+    hooks.run_moves = [&](int64_t, const std::vector<SlotMove>& mv) {
       for (uint8_t* base : bases) {
-        for (size_t i = begin[static_cast<size_t>(s0)], end = begin[static_cast<size_t>(s1)]; i < end;) {
+        for (size_t i = 0, end = mv.size(); i < end;) {
           // A run ascends (compaction toward the front) or descends (toward the end); memmove
           // copies an overlapping run as the one-by-one moves would.
           const int32_t dir = i + 1 < end && mv[i + 1].src_slot == mv[i].src_slot - 1 ? -1 : 1;
@@ -165,8 +164,11 @@ ApplyResult KvCache::apply(const EvictionPlan& plan) {
           i += n;
         }
       }
-    });
-  } else if (!result.moves.empty()) {  // other devices: one gather then one scatter per pool
+    };
+  }
+  ApplyResult result = m_book.apply(plan, hooks, compaction);
+  refresh_views();
+  if (!result.moves.empty()) {  // other devices: one gather then one scatter per pool
     std::vector<int32_t> src, dst;
     src.reserve(result.moves.size());
     dst.reserve(result.moves.size());

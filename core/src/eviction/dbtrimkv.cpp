@@ -20,6 +20,7 @@ class DbTrimKvPolicy final : public EvictionPolicy {
     PolicyNeeds n;
     n.gates = true;
     n.uses_budget = !threshold_mode();
+    n.order_free = true;  // scores from each entry's own log β and token index
     return n;
   }
   // Threshold mode has no budget to trigger on: plan once `slack` new entries per head arrived.

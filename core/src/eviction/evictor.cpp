@@ -105,7 +105,6 @@ void Evictor::compress(KvCache& cache, const std::string& phase) {
   const auto t0 = std::chrono::steady_clock::now();
   const EvictionPlan plan = m_policy->plan(context(cache));
   const auto t1 = std::chrono::steady_clock::now();
-  plan.validate(kv);
 
   EvictionEvent ev;
   ev.index = static_cast<int64_t>(m_trace.events.size());
@@ -115,29 +114,29 @@ void Evictor::compress(KvCache& cache, const std::string& phase) {
   ev.entries_before = kv.total_entries();
   ev.heads.resize(static_cast<size_t>(g.n_streams()));
   const std::vector<TokenInfo>& tokens = kv.tokens();  // every entry's token is registered
-  // One head per task: each fills its own HeadEviction.
-  at::parallel_for(0, g.n_streams(), 8, [&](int64_t s0, int64_t s1) {
-    for (int64_t si = s0; si < s1; ++si) {
-      const int il = static_cast<int>(si / g.n_kv_head), h = static_cast<int>(si % g.n_kv_head);
-      HeadEviction& he = ev.heads[static_cast<size_t>(si)];
-      const auto& entries = kv.entries(il, h);
-      const auto& keep = plan.keep(il, h);
-      size_t j = 0;
-      for (size_t e = 0; e < entries.size(); ++e) {
-        const Modality m = tokens[static_cast<size_t>(entries[e].token_index)].modality;
-        if (j < keep.size() && keep[j] == static_cast<int32_t>(e)) {
-          he.kept.add(m);
-          ++j;
-        } else {
-          he.evicted.add(m);
-          if (m_settings.record_evicted_tokens) he.evicted_tokens.push_back(entries[e].token_index);
-        }
+  // Each head's accounting runs on the thread that compacts it, just before (cache.apply
+  // validates the plan first: nothing is counted for a plan it refuses).
+  const auto account = [&](int64_t si) {
+    const int il = static_cast<int>(si / g.n_kv_head), h = static_cast<int>(si % g.n_kv_head);
+    HeadEviction& he = ev.heads[static_cast<size_t>(si)];
+    const auto& entries = kv.entries(il, h);
+    const auto& keep = plan.keep(il, h);
+    size_t j = 0;
+    for (size_t e = 0; e < entries.size(); ++e) {
+      const Modality m = tokens[static_cast<size_t>(entries[e].token_index)].modality;
+      if (j < keep.size() && keep[j] == static_cast<int32_t>(e)) {
+        he.kept.add(m);
+        ++j;
+      } else {
+        he.evicted.add(m);
+        if (m_settings.record_evicted_tokens) he.evicted_tokens.push_back(entries[e].token_index);
       }
-      std::sort(he.evicted_tokens.begin(), he.evicted_tokens.end());
     }
-  });
+    std::sort(he.evicted_tokens.begin(), he.evicted_tokens.end());
+  };
 
-  const ApplyResult applied = cache.apply(plan);
+  const ApplyResult applied =
+      cache.apply(plan, account, m_needs.order_free ? Compaction::kFillFromTail : Compaction::kPreserveOrder);
   m_policy->on_applied(plan);
   const auto t2 = std::chrono::steady_clock::now();
   ev.entries_after = kv.total_entries();

@@ -14,6 +14,7 @@ class TrimKvPolicy final : public EvictionPolicy {
   PolicyNeeds needs() const override {
     PolicyNeeds n;
     n.gates = true;
+    n.order_free = true;  // scores from each entry's own log β and token index
     return n;
   }
   EvictionPlan plan(const PolicyContext& ctx) override {

@@ -36,6 +36,10 @@ struct PolicyNeeds {
   bool keys = false;           // the cache's K rows at planning time (KvCache, not bookkeeping)
   bool uses_budget = true;     // false: the policy ignores the budget (full, fastv, visionzip,
                                // dbtrimkv threshold mode)
+  // true: the policy's scores and state never depend on where an entry sits in its head's cache
+  // (only on the entry's own metadata), so compaction may fill holes from a head's tail and
+  // leave the cache out of token order (Compaction::kFillFromTail: far fewer row moves).
+  bool order_free = false;
 };
 
 // What the policy sees when asked for a plan.

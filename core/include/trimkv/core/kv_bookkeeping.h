@@ -10,6 +10,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "trimkv/core/block_pool.h"
@@ -27,14 +28,37 @@ struct SlotMove {
 struct ApplyResult {
   // Within a stream, in the order given, no move reads a slot an earlier move wrote, so executing
   // them one by one in place is safe (so is gather-then-scatter). A stream compacted toward its
-  // front has dst_slot <= src_slot in ascending slot order; one compacted toward its end
-  // (apply) has dst_slot >= src_slot in descending order.
+  // front has dst_slot <= src_slot in ascending slot order (so has one whose holes were filled
+  // from its tail, Compaction::kFillFromTail); one compacted toward its end (apply) has
+  // dst_slot >= src_slot in descending order.
   std::vector<SlotMove> moves;
   // moves[stream_moves[s], stream_moves[s + 1]) are stream s's (il * n_kv_head + h); streams
   // touch disjoint slots, so their moves may run concurrently.
   std::vector<size_t> stream_moves;
   int64_t n_evicted = 0;       // entries dropped
   int32_t n_blocks_freed = 0;  // tail blocks returned to the pool
+};
+
+// How apply() may rearrange a head's kept entries.
+enum class Compaction {
+  // Kept entry keep[j] becomes entry j: the cache stays in the order entries were appended.
+  kPreserveOrder,
+  // The kept set is the same, but a hole among the first n_keep entries may be filled by a kept
+  // entry from behind them (in ascending order: the i-th hole takes the i-th such entry), which
+  // moves only as many rows as there are holes. For policies whose scores and state never depend
+  // on where an entry sits (PolicyNeeds::order_free); when keeping the order moves fewer rows
+  // (evicting the oldest entries), the order is kept.
+  kFillFromTail,
+};
+
+// Per-stream work that apply() runs on the worker thread compacting stream s (il * n_kv_head + h),
+// so that a compression touches each head once: streams run concurrently, each exactly once.
+struct ApplyHooks {
+  // Before stream s changes: its entries are still the ones the plan indexes.
+  std::function<void(int64_t s)> before;
+  // Stream s's moves, in an order that is safe to run in place (ApplyResult::moves). When set,
+  // the moves go here instead of into ApplyResult::moves (which then stays empty).
+  std::function<void(int64_t s, const std::vector<SlotMove>& moves)> run_moves;
 };
 
 class KvBookkeeping {
@@ -60,12 +84,14 @@ class KvBookkeeping {
   std::vector<int32_t> append(int il, const std::vector<int32_t>& token_indices,
                               const std::vector<float>& log_beta = {});
   // Keeps exactly the entries the plan lists, in the listed order (kept entry keep[j] becomes
-  // entry j), and returns the blocks no longer used to the pool. Each head is compacted toward
+  // entry j; with Compaction::kFillFromTail the set is kept but maybe not the order), and returns the blocks no longer used to the pool. Each head is compacted toward
   // the front of its rows (the tail blocks are freed) or, when that moves fewer rows and holds no
   // more blocks, toward the end (the head's first row moves on and the leading blocks are
   // freed), so evicting the oldest entries moves no row at all. The plan is validated first
-  // (nothing changes on error).
-  ApplyResult apply(const EvictionPlan& plan);
+  // (nothing changes on error); then each stream runs hooks.before, is compacted, and hands its
+  // moves to hooks.run_moves.
+  ApplyResult apply(const EvictionPlan& plan, const ApplyHooks& hooks = {},
+                    Compaction compaction = Compaction::kPreserveOrder);
   // Drops every entry and token and returns every block to the pool (capacity is kept).
   void clear();
 
@@ -93,8 +119,8 @@ class KvBookkeeping {
   const Stream& stream(int il, int h) const;
   static int32_t slot_of(const Stream& s, int32_t entry, int32_t block_size);
   // apply() for one head: its moves and the blocks it no longer uses (not yet released).
-  static void compact(Stream& s, const std::vector<int32_t>& keep, int32_t block_size, std::vector<SlotMove>& moves,
-                      std::vector<int32_t>& freed);
+  static void compact(Stream& s, const std::vector<int32_t>& keep, int32_t block_size, Compaction compaction,
+                      std::vector<SlotMove>& moves, std::vector<int32_t>& freed);
 
   KvGeometry m_geometry;
   BlockPool m_pool;

@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "trimkv/core/kv_bookkeeping.h"
@@ -43,7 +44,13 @@ class KvCache {
   // Keeps exactly the entries the plan lists (validated first; nothing changes on error),
   // compacting K/V rows to the front of each head and returning the freed tail blocks to the
   // pool. The pool tensors keep their capacity; freed blocks are reused by later appends.
-  ApplyResult apply(const EvictionPlan& plan);
+  // before_stream(s), if set, runs on the worker thread about to compact stream s
+  // (il * n_kv_head + h) while its entries are still those the plan indexes (ApplyHooks::before).
+  // On CPU pools each stream's rows move on that thread right after it is compacted, so the
+  // result's moves list stays empty; on other devices it lists the moves that were run.
+  // compaction: whether the kept entries must stay in order (kv_bookkeeping.h).
+  ApplyResult apply(const EvictionPlan& plan, const std::function<void(int64_t)>& before_stream = {},
+                    Compaction compaction = Compaction::kPreserveOrder);
   // Drops every entry and token (capacity is kept).
   void clear();
   // Records the token stream (metadata only; see KvBookkeeping::register_tokens).
