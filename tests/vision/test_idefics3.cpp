@@ -5,6 +5,7 @@
 #include "trimkv/core/error.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/weight_store.h"
+#include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/idefics3.h"
 #include "trimkv/vision/vlm.h"
 #include "vision_test_util.h"
@@ -246,6 +247,29 @@ TEST_CASE("a checkpoint whose vision config contradicts its connector is refused
   cfg["scale_factor"] = 3;  // 8 patches per side cannot be shuffled by 3
   test::write_text(dir.file("config.json"), cfg.dump());
   REQUIRE_THROWS_WITH(load_vlm(dir.path()), Catch::Contains("scale_factor 3"));
+}
+
+TEST_CASE("a vision-language checkpoint of an unknown type is refused, not loaded as text only", "[vision][errors]") {
+  // Its text_config names a decoder we run (llama), but the images would be dropped silently.
+  test::ScratchDir dir("unknown-vlm");
+  test::copy_model("../vlm/smolvlm", dir.path());
+  auto cfg = test::read_json(dir.file("config.json"));
+  cfg["model_type"] = "llava";
+  cfg["architectures"] = {"LlavaForConditionalGeneration"};
+  test::write_text(dir.file("config.json"), cfg.dump());
+  REQUIRE_FALSE(ChatEngine::is_vlm_checkpoint(dir.path()));
+  try {
+    ChatEngine::load(dir.path(), {});
+    FAIL("no error");
+  } catch (const Error& e) {
+    CAPTURE(e.what());
+    REQUIRE(e.kind() == ErrorKind::Unsupported);
+    REQUIRE_THAT(e.what(), Catch::Contains(dir.path()) && Catch::Contains("'llava'") && Catch::Contains("idefics3") &&
+                               Catch::Contains("drop its images"));
+  }
+  // The core loader (the CLI's text path) refuses it too.
+  REQUIRE_THROWS_WITH(load_text_model(dir.path()), Catch::Contains("LlavaForConditionalGeneration") &&
+                                                       Catch::Contains("vision_config"));
 }
 
 TEST_CASE("vit_block attention statistics and their pooling over the pixel-shuffle groups",

@@ -54,6 +54,14 @@ std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& spec, const Engi
   if (vision::is_vlm_checkpoint(dir)) {
     impl->model = load_vlm(dir, options.template_vars, {options.weights, options.kv_dtype, options.image_size});
   } else {  // a text model: the same conversation, text only
+    if (std::filesystem::is_directory(dir) &&
+        load_text_config((std::filesystem::path(dir) / "config.json").string()).has_vision_tower) {
+      std::string known;
+      for (const auto& t : vision::supported_vlm_model_types()) known += (known.empty() ? "" : ", ") + t;
+      TRIMKV_FAIL(Unsupported, "'", dir, "' is a vision-language checkpoint of a type this program cannot run (model_type '",
+                  checkpoint_model_type(dir), "'; supported: ", known,
+                  "); refusing to load only its text decoder, which would drop its images without a word");
+    }
     impl->model = std::make_shared<VlmModel>();
     impl->model->text = load_text_model(dir, {options.weights, options.kv_dtype, options.image_size});
     impl->model->encoder = make_text_turn_encoder(impl->model->text, options.template_vars);

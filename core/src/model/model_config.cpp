@@ -146,6 +146,7 @@ TextConfig text_config_from_json(const json& top, const std::string& config_path
     c.rope.theta = defaults.rope_theta;
     c.rope.mrope_section = defaults.mrope_section;
     c.rope.mrope_interleaved = defaults.mrope_interleaved;
+    c.has_vision_tower = top.contains("vision_config");
     if (top.contains("architectures") && top["architectures"].is_array() &&
         !top["architectures"].empty())
       c.architecture = top["architectures"][0].get<std::string>();

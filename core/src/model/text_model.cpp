@@ -55,6 +55,10 @@ TextModel load_text_model(const std::string& dir, const ModelLoadOptions& option
   TextModel m;
   m.dir = dir;
   m.config = load_text_config(config_path);
+  TRIMKV_CHECK(!m.config.has_vision_tower || options.text_of_vlm, Unsupported, "'", config_path,
+               "' describes a vision-language model (it has a vision_config) of a type this program cannot run: '",
+               m.config.architecture.empty() ? m.config.model_type : m.config.architecture,
+               "'; refusing to load only its text decoder, which would drop its images without a word");
   merge_generation_config((fs::path(dir) / "generation_config.json").string(), m.config);
   m.family = &find_text_family(m.config.model_type, config_path);
   WeightStore weights = WeightStore::open_folder(dir);

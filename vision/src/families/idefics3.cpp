@@ -228,7 +228,9 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vecto
                                         const ModelLoadOptions& options) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   auto m = std::make_shared<VlmModel>();
-  m->text = load_text_model(dir, options);
+  ModelLoadOptions text_options = options;
+  text_options.text_of_vlm = true;  // the tower is loaded below
+  m->text = load_text_model(dir, text_options);
   TRIMKV_CHECK(m->text.tokenizer, Config, "vision-language checkpoint '", dir,
                "' has no tokenizer.json (its image tokens are needed)");
   Idefics3Config cfg = Idefics3Config::from_file(config_path);

@@ -426,15 +426,13 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
   return out;
 }
 
-namespace {
-
-}  // namespace
-
 std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector<TemplateVar>& vars,
                                        const ModelLoadOptions& options, const VlmFamily& family) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   auto m = std::make_shared<VlmModel>();
-  m->text = load_text_model(dir, options);
+  ModelLoadOptions text_options = options;
+  text_options.text_of_vlm = true;  // the tower is loaded below
+  m->text = load_text_model(dir, text_options);
   TRIMKV_CHECK(m->text.tokenizer, Config, "vision-language checkpoint '", dir,
                "' has no tokenizer.json (its image tokens are needed)");
   TRIMKV_CHECK(m->text.config.rope.multimodal(), Config, "'", config_path, "': the text decoder (model_type '",

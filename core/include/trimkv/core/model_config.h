@@ -40,6 +40,7 @@ struct TextConfigDefaults {
 struct TextConfig {
   std::string model_type;    // of the text decoder: llama, qwen2, qwen3
   std::string architecture;  // first entry of "architectures", for reports
+  bool has_vision_tower = false;  // config.json has a vision_config: a vision-language checkpoint
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;

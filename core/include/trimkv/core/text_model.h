@@ -48,6 +48,10 @@ struct ModelLoadOptions {
   // Keep the blocks of matrices quantised at load in the weight cache (weight_cache.h) and read
   // them from it next time.
   bool weight_cache = true;
+  // The caller is a vision-language family loading its checkpoint's text decoder (it loads the
+  // tower itself). Otherwise a checkpoint with a vision tower is refused: loading only its text
+  // decoder would drop the images without a word.
+  bool text_of_vlm = false;
 };
 
 // The KV dtype `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming
