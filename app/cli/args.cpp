@@ -5,14 +5,57 @@
 #include "trimkv/core/error.h"
 #include "trimkv/core/hf_cache.h"
 
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
 namespace trimkv::cli {
 
+namespace {
+
+std::string number_text(double x, bool integer) {
+  char buf[48];
+  if (integer) std::snprintf(buf, sizeof buf, "%.0f", x);
+  else std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+std::string range_text(const NumericRange& r) {
+  return (r.integer ? "an integer from " : "a number from ") + number_text(r.lo, r.integer) + " to " +
+         number_text(r.hi, r.integer);
+}
+
+// `text` as a number of range r, or UsageError naming the option, the value and the range.
+double parse_in_range(const std::string& name, const std::string& text, const NumericRange& r) {
+  double x = 0;
+  size_t used = 0;
+  try {
+    if (r.integer) x = static_cast<double>(std::stoll(text, &used));
+    else x = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !std::isfinite(x) || x < r.lo || x > r.hi)
+    throw UsageError("option '--" + name + "' needs " + range_text(r) + ", got '" + text + "'");
+  return x;
+}
+
+}  // namespace
+
+OptionSpec ranged_int(std::string name, std::string value_name, std::string help, int64_t lo, int64_t hi) {
+  return {std::move(name), std::move(value_name), std::move(help), false,
+          NumericRange{true, static_cast<double>(lo), static_cast<double>(hi)}};
+}
+
+OptionSpec ranged_real(std::string name, std::string value_name, std::string help, double lo, double hi) {
+  return {std::move(name), std::move(value_name), std::move(help), false, NumericRange{false, lo, hi}};
+}
+
 Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int argc, char** argv,
            int first)
     : m_command(command) {
+  for (const auto& s : specs)
+    if (s.range) m_ranges[s.name] = *s.range;
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg.rfind("--", 0) != 0)
@@ -39,6 +82,7 @@ Args::Args(const std::string& command, const std::vector<OptionSpec>& specs, int
     }
     if (!spec->repeatable && m_values.count(name))
       throw UsageError("option '--" + name + "' given more than once");
+    if (spec->range) parse_in_range(name, value, *spec->range);
     m_values[name].push_back(value);
   }
 }
@@ -58,30 +102,29 @@ std::vector<std::string> Args::all(const std::string& name) const {
   return it == m_values.end() ? std::vector<std::string>{} : it->second;
 }
 
+const NumericRange& Args::range_of(const std::string& name, bool integer) const {
+  auto it = m_ranges.find(name);
+  // A programming error: the option was declared without ranged_int / ranged_real.
+  if (it == m_ranges.end() || (integer && !it->second.integer))
+    throw std::logic_error("trimkv " + m_command + ": option '--" + name + "' is read as " +
+                           (integer ? "an integer" : "a number") + " but not declared as one");
+  return it->second;
+}
+
 int Args::get_int(const std::string& name, int fallback) const {
-  if (!has(name)) return fallback;
-  const std::string v = get(name);
-  try {
-    size_t used = 0;
-    long x = std::stol(v, &used);
-    if (used != v.size() || x < INT32_MIN || x > INT32_MAX) throw std::invalid_argument(v);
-    return static_cast<int>(x);
-  } catch (const std::exception&) {
-    throw UsageError("option '--" + name + "' needs an integer, got '" + v + "'");
-  }
+  const NumericRange& r = range_of(name, true);
+  if (r.lo < INT32_MIN || r.hi > INT32_MAX)
+    throw std::logic_error("trimkv " + m_command + ": option '--" + name + "' needs get_int64");
+  return has(name) ? static_cast<int>(parse_in_range(name, get(name), r)) : fallback;
+}
+
+int64_t Args::get_int64(const std::string& name, int64_t fallback) const {
+  const NumericRange& r = range_of(name, true);
+  return has(name) ? static_cast<int64_t>(parse_in_range(name, get(name), r)) : fallback;
 }
 
 double Args::get_double(const std::string& name, double fallback) const {
-  if (!has(name)) return fallback;
-  const std::string v = get(name);
-  try {
-    size_t used = 0;
-    double x = std::stod(v, &used);
-    if (used != v.size()) throw std::invalid_argument(v);
-    return x;
-  } catch (const std::exception&) {
-    throw UsageError("option '--" + name + "' needs a number, got '" + v + "'");
-  }
+  return has(name) ? parse_in_range(name, get(name), range_of(name, false)) : fallback;
 }
 
 std::string Args::usage(const std::string& command, const std::string& summary,
@@ -92,7 +135,11 @@ std::string Args::usage(const std::string& command, const std::string& summary,
     std::string left = "  --" + s.name + (s.value_name.empty() ? "" : " <" + s.value_name + ">");
     os << left;
     os << std::string(left.size() < 30 ? 30 - left.size() : 1, ' ') << s.help
-       << (s.repeatable ? " (repeatable)" : "") << "\n";
+       << (s.repeatable ? " (repeatable)" : "")
+       << (s.range ? " [" + number_text(s.range->lo, s.range->integer) + ".." +
+                         number_text(s.range->hi, s.range->integer) + "]"
+                   : "")
+       << "\n";
   }
   return os.str();
 }
@@ -125,22 +172,18 @@ OptionSpec kv_dtype_option() {
 }
 
 OptionSpec image_size_option() {
-  return {"image-size", "PX",
-          "image resolution, pixels on a side: SmolVLM/Idefics3 resize the longest edge to PX (fewer tiles below the "
-          "processor's own), Qwen-VL allow PX x PX pixels per image (default: the processor's own)"};
+  return ranged_int("image-size", "PX",
+                    "image resolution, pixels on a side: SmolVLM/Idefics3 resize the longest edge to PX (fewer tiles "
+                    "below the processor's own), Qwen-VL allow PX x PX pixels per image (default: the processor's own)",
+                    1, 16384);
 }
 
-int threads_arg(const Args& args) {
-  const int v = args.get_int("threads", 0);
-  if (v < 0) throw UsageError("--threads must be 0 (every core) or a positive count, got " + args.get("threads"));
-  return v;  // more than the machine's cores: set_compute_threads clamps, with a warning
-}
+OptionSpec threads_option(const std::string& help) { return ranged_int("threads", "N", help, 0, 1 << 20); }
 
-int image_size_arg(const Args& args) {
-  const int v = args.get_int("image-size", 0);
-  if (v < 0 || v > 16384) throw UsageError("--image-size must be a side of 1 to 16384 pixels, got " + args.get("image-size"));
-  return v;
-}
+// More than the machine's cores: set_compute_threads clamps, with a warning.
+int threads_arg(const Args& args) { return args.get_int("threads", 0); }
+
+int image_size_arg(const Args& args) { return args.get_int("image-size", 0); }
 
 namespace {
 // The value of option `name`, checked by `check` before the (slow) model load.

@@ -1,7 +1,9 @@
 // Minimal command-line option parsing for the `trimkv` subcommands: declared options only,
 // --name value or --name=value, flags, repeatable options; errors name the option.
 #pragma once
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -10,12 +12,26 @@
 
 namespace trimkv::cli {
 
+// The values a numeric option accepts: integers (integer) or any finite number, from lo to hi.
+struct NumericRange {
+  bool integer = true;
+  double lo = 0, hi = 0;
+};
+
 struct OptionSpec {
   std::string name;  // without leading dashes
   std::string value_name;  // empty for a flag
   std::string help;
   bool repeatable = false;
+  // Numeric options only (ranged_int / ranged_real): Args refuses a value that does not parse or
+  // lies outside the range when it reads the command line, naming the option; --help shows it.
+  // Every option read with get_int / get_double / get_int64 has one.
+  std::optional<NumericRange> range;
 };
+
+// A numeric option: integers from lo to hi, or any number from lo to hi.
+OptionSpec ranged_int(std::string name, std::string value_name, std::string help, int64_t lo, int64_t hi);
+OptionSpec ranged_real(std::string name, std::string value_name, std::string help, double lo, double hi);
 
 class UsageError : public std::runtime_error {
  public:
@@ -31,7 +47,9 @@ class Args {
   std::string get(const std::string& name, const std::string& fallback = "") const;
   std::string require(const std::string& name) const;
   std::vector<std::string> all(const std::string& name) const;
+  // Numeric options (declared with a range, already checked): the value, or fallback when absent.
   int get_int(const std::string& name, int fallback) const;
+  int64_t get_int64(const std::string& name, int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
   bool flag(const std::string& name) const { return has(name); }
   // --model (a folder, or a Hugging Face repo id found in the local cache), or the embedded demo
@@ -42,8 +60,11 @@ class Args {
                            const std::vector<OptionSpec>& specs);
 
  private:
+  const NumericRange& range_of(const std::string& name, bool integer) const;
+
   std::string m_command;
   std::map<std::string, std::vector<std::string>> m_values;
+  std::map<std::string, NumericRange> m_ranges;  // numeric options by name
 };
 
 // The repeatable --template-var NAME=VALUE options (UsageError naming a malformed one).
@@ -53,7 +74,9 @@ std::vector<TemplateVar> parse_template_vars(const Args& args);
 // commands; weights_arg() checks it before the (slow) model load (UsageError naming it).
 OptionSpec weights_option();
 std::string weights_arg(const Args& args);
-// --threads: 0 (every core, the default) or a positive count; negative -> UsageError.
+// --threads: 0 (every core, the default) or a count; more than the machine's cores is clamped
+// with a warning (set_compute_threads).
+OptionSpec threads_option(const std::string& help = "CPU threads (default: all cores)");
 int threads_arg(const Args& args);
 // --kv-dtype, likewise (kv_dtype_arg checks it first).
 OptionSpec kv_dtype_option();

@@ -25,25 +25,21 @@ uint64_t parse_seed(const std::string& v) {
   return x;
 }
 
-void check_range(const char* option, int value, int lo, int hi, const std::string& why = "") {
-  if (value < lo || value > hi)
-    throw UsageError(std::string("option '--") + option + "' must be in " + std::to_string(lo) + ".." +
-                     std::to_string(hi) + ", got " + std::to_string(value) + why);
-}
-
 }  // namespace
 
 int cmd_make_world(int argc, char** argv, int first) {
   namespace w = vision::world;
   const std::vector<OptionSpec> specs = {
       {"out", "DIR", "output folder: DIR/{split}.jsonl, DIR/{split}.meta.json, DIR/images/{split}/*.png"},
-      {"n", "N", "number of conversations"},
+      ranged_int("n", "N", "number of conversations", 1, 10000000),
       {"seed", "S", "seed (0.." + std::to_string(w::kMaxSeed) + "); each split derives its own stream"},
       {"split", "NAME", "train | val | test (default train)"},
-      {"max-images", "K", "images per conversation: 1..K (default 8, at most 8)"},
-      {"max-turns", "T", "user turns per conversation: 1..T (default 6, at most 6)"},
-      {"max-objects", "M", "objects per image: 1..M (default 6, at most 6)"},
-      {"image-size", "PX", "image side in pixels (default 96, 64..1024)"},
+      ranged_int("max-images", "K", "images per conversation: 1..K (default 8)", 1, w::kMaxImagesLimit),
+      ranged_int("max-turns", "T", "user turns per conversation: 1..T (default 6)", 1, w::kMaxTurnsLimit),
+      ranged_int("max-objects", "M", "objects per image: 1..M (default 6)", 1, w::kMaxObjectsLimit),
+      ranged_int("image-size", "PX",
+                 "image side in pixels (default 96; smaller images would draw the small objects under 14 px)",
+                 w::kMinImageSize, w::kMaxImageSize),
       {"quiet", "", "no progress on stderr"},
       {"help", "", "show this help"},
   };
@@ -56,9 +52,8 @@ int cmd_make_world(int argc, char** argv, int first) {
     return 0;
   }
   const std::string out = args.require("out");
-  const int n = args.get_int("n", 0);
   if (!args.has("n")) throw UsageError("option '--n' is required");
-  if (n <= 0) throw UsageError("option '--n' must be a positive number of conversations, got " + std::to_string(n));
+  const int n = args.get_int("n", 0);
   const uint64_t seed = parse_seed(args.require("seed"));
   w::Split split = w::Split::Train;
   try {
@@ -71,13 +66,6 @@ int cmd_make_world(int argc, char** argv, int first) {
   options.max_images = args.get_int("max-images", options.max_images);
   options.max_turns = args.get_int("max-turns", options.max_turns);
   options.max_objects = args.get_int("max-objects", options.max_objects);
-  check_range("image-size", options.image_size, w::kMinImageSize, w::kMaxImageSize,
-              options.image_size < w::kMinImageSize
-                  ? " (too small for the objects: the small ones would be under 14 px wide)"
-                  : "");
-  check_range("max-images", options.max_images, 1, w::kMaxImagesLimit);
-  check_range("max-turns", options.max_turns, 1, w::kMaxTurnsLimit);
-  check_range("max-objects", options.max_objects, 1, w::kMaxObjectsLimit);
 
   const bool quiet = args.flag("quiet");
   int64_t last_percent = -1;

@@ -10,6 +10,7 @@
 #include "args.h"
 #include "commands.h"
 #include "trimkv/vision/demo_training.h"
+#include "trimkv/vision/world.h"
 
 namespace trimkv::cli {
 
@@ -24,28 +25,30 @@ int cmd_train_demo(int argc, char** argv, int first) {
   const vision::DemoTrainOptions d;
   const std::vector<OptionSpec> specs = {
       {"out", "DIR", "model folder to write (training state goes to DIR/train/)"},
-      {"seed", "S", "seed of the weights and the data (default 1)"},
-      {"vision-steps", "N", "steps of the vision stage (default " + std::to_string(d.vision.steps) + ")"},
-      {"short-steps", "N", "steps of the 1-3 image chat stage (default " + std::to_string(d.chat_short.steps) + ")"},
-      {"chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")"},
-      {"vision-lr", "LR", "peak learning rate of the vision stage"},
-      {"chat-lr", "LR", "peak learning rate of the chat stages"},
-      {"gate-steps", "N", "steps of gate training (default " + std::to_string(d.gate_steps) + ")"},
+      ranged_int("seed", "S", "seed of the weights and the data (default 1)", 0, 2147483647),
+      ranged_int("vision-steps", "N", "steps of the vision stage (default " + std::to_string(d.vision.steps) + ")", 0, 10000000),
+      ranged_int("short-steps", "N", "steps of the 1-3 image chat stage (default " + std::to_string(d.chat_short.steps) + ")", 0, 10000000),
+      ranged_int("chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")", 0, 10000000),
+      ranged_real("vision-lr", "LR", "peak learning rate of the vision stage", 1e-10, 10),
+      ranged_real("chat-lr", "LR", "peak learning rate of the chat stages", 1e-10, 10),
+      ranged_int("gate-steps", "N", "steps of gate training (default " + std::to_string(d.gate_steps) + ")", 0, 10000000),
       {"no-gates", "", "skip gate training"},
-      {"val", "N", "validation conversations (default " + std::to_string(d.val_conversations) + ")"},
-      {"val-every", "N", "validate every N chat steps (default " + std::to_string(d.val_every) + ")"},
-      {"checkpoint-every", "N", "checkpoint every N steps (default " + std::to_string(d.checkpoint_every) + ")"},
+      ranged_int("val", "N", "validation conversations (default " + std::to_string(d.val_conversations) + ")", 0, 1000000),
+      ranged_int("val-every", "N", "validate every N chat steps (default " + std::to_string(d.val_every) + ")", 0, 10000000),
+      ranged_int("checkpoint-every", "N", "checkpoint every N steps (default " + std::to_string(d.checkpoint_every) + ")", 0, 10000000),
       {"resume", "", "continue from DIR/train/checkpoint.safetensors (same options)"},
       {"export-checkpoint", "", "write the checkpoint's weights to DIR/model.safetensors (to evaluate a run in progress) and stop"},
-      {"describe", "P", "probability that an extra turn is a caption"},
-      {"attn-weight", "W", "weight of the attention targets (0: off)"},
+      ranged_real("describe", "P", "probability that an extra turn is a caption", 0, 1),
+      ranged_real("attn-weight", "W", "weight of the attention targets (0: off)", 0, 1e6),
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
-      {"short-images", "K", "max images per conversation in the chat-short stage"},
-      {"short-objects", "K", "max objects per image in the chat-short stage"},
-      {"short-batch", "N", "conversations per step in the chat-short stage"},
-      {"short-ramp", "N", "chat-short steps over which objects per image grow from 1 to the maximum"},
-      {"threads", "N", "CPU threads (default: all cores)"},
+      ranged_int("short-images", "K", "max images per conversation in the chat-short stage", 1,
+                 vision::world::kMaxImagesLimit),
+      ranged_int("short-objects", "K", "max objects per image in the chat-short stage", 1,
+                 vision::world::kMaxObjectsLimit),
+      ranged_int("short-batch", "N", "conversations per step in the chat-short stage", 1, 4096),
+      ranged_int("short-ramp", "N", "chat-short steps over which objects per image grow from 1 to the maximum", 0, 10000000),
+      threads_option("CPU threads (default: all cores)"),
       {"help", "", "show this help"},
   };
   Args args("train-demo", specs, argc, argv, first);

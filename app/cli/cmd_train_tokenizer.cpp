@@ -16,8 +16,8 @@ int cmd_train_tokenizer(int argc, char** argv, int first) {
       {"data", "FILE.jsonl", "training text: world JSONL (each conversation in the chat template) or lines "
                              "with a \"text\" string; repeatable, and several files may follow one --data",
        true},
-      {"vocab-size", "N", "vocabulary size, special tokens and the 256 byte tokens included"},
-      {"min-frequency", "F", "merge only pairs seen at least F times (default 2)"},
+      ranged_int("vocab-size", "N", "vocabulary size, special tokens and the 256 byte tokens included", 1, 2147483647),
+      ranged_int("min-frequency", "F", "merge only pairs seen at least F times (default 2)", 1, 2147483647),
       {"out", "FILE", "the tokenizer.json to write"},
       {"help", "", "show this help"},
   };

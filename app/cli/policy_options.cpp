@@ -10,20 +10,6 @@ namespace trimkv::cli {
 
 namespace {
 
-int64_t parse_count(const Args& args, const std::string& name) {
-  const std::string text = args.get(name);
-  size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size())
-    throw UsageError("--" + name + ": '" + text + "' is not an integer");
-  return v;
-}
-
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   TRIMKV_CHECK(out.good(), Io, "cannot write '", path, "'");
@@ -37,15 +23,15 @@ void write_file(const std::string& path, const std::string& text) {
 void add_policy_option_specs(std::vector<OptionSpec>& specs) {
   const std::vector<OptionSpec> mine = {
       {"policy", "NAME", "KV eviction policy (default full; see the list below)"},
-      {"budget", "M",
-       "KV budget in entries per layer and KV head (M_global = M x layers x KV heads)"},
-      {"global-budget", "N",
-       "KV budget in entries over all layers and KV heads (instead of --budget)"},
-      {"budget-mib", "MIB",
-       "KV budget in MiB of K and V over all layers and KV heads, at the cache's --kv-dtype (instead of --budget)"},
+      ranged_int("budget", "M",
+       "KV budget in entries per layer and KV head (M_global = M x layers x KV heads)", 1, int64_t{1} << 40),
+      ranged_int("global-budget", "N",
+       "KV budget in entries over all layers and KV heads (instead of --budget)", 1, int64_t{1} << 50),
+      ranged_real("budget-mib", "MIB",
+       "KV budget in MiB of K and V over all layers and KV heads, at the cache's --kv-dtype (instead of --budget)", 1e-6, 1e9),
       {"policy-opt", "KEY=VALUE", "policy option, e.g. lookahead=2, floor=4", true},
-      {"slack", "S",
-       "compress when the cache exceeds the budget by S entries per head (default 32)"},
+      ranged_int("slack", "S",
+       "compress when the cache exceeds the budget by S entries per head (default 32)", 0, int64_t{1} << 30),
       {"whole-prompt-eviction", "",
        "evict only after the whole prompt (reference behaviour) "
        "instead of after every prefill chunk"},
@@ -83,12 +69,12 @@ EvictionSettings parse_policy_settings(const Args& args) {
   EvictionSettings s;
   s.policy = args.get("policy", "full");
   s.options = args.all("policy-opt");
-  if (args.has("budget")) s.budget_per_head = parse_count(args, "budget");
-  if (args.has("global-budget")) s.budget_global = parse_count(args, "global-budget");
+  if (args.has("budget")) s.budget_per_head = args.get_int64("budget", 0);
+  if (args.has("global-budget")) s.budget_global = args.get_int64("global-budget", 0);
   if (args.has("budget-mib")) s.budget_mib = args.get_double("budget-mib", 0);
   if (int(args.has("budget")) + int(args.has("global-budget")) + int(args.has("budget-mib")) > 1)
     throw UsageError("give one of --budget, --global-budget and --budget-mib");
-  if (args.has("slack")) s.slack = parse_count(args, "slack");
+  if (args.has("slack")) s.slack = args.get_int64("slack", 0);
   s.whole_prompt = args.flag("whole-prompt-eviction");
   validate_eviction_settings(s);
   return s;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
 
 #include "main_window.h"
 #include "chat_input.h"
@@ -83,19 +84,21 @@ int main(int argc, char** argv) {
   }
 
   MainWindow window;
-  // A whole number >= 0 (0 when absent), or -1 after saying what is wrong.
-  auto count = [&parser](const QCommandLineOption& opt, const char* what) {
+  // A whole number from 0 to hi (0 when absent), or -1 after saying what is wrong.
+  auto count = [&parser](const QCommandLineOption& opt, const char* what, int hi) {
     if (!parser.isSet(opt)) return 0;
     bool ok = false;
     const int n = parser.value(opt).toInt(&ok);
-    if (ok && n >= 0) return n;
-    std::fprintf(stderr, "trimkv-studio: --%s wants %s, got '%s'\n", qPrintable(opt.names().first()), what,
-                 qPrintable(parser.value(opt)));
+    if (ok && n >= 0 && n <= hi) return n;
+    std::fprintf(stderr, "trimkv-studio: --%s wants %s from 0 to %d, got '%s'\n", qPrintable(opt.names().first()), what,
+                 hi, qPrintable(parser.value(opt)));
     return -1;
   };
-  const int threads = count(threadsOpt, "a whole number >= 0");
-  const int budget = count(budgetOpt, "a whole number of entries per head");
-  const int imageSize = count(imageSizeOpt, "a whole number of pixels");
+  // The same ranges as the command line's (app/cli): more threads than the machine has are
+  // clamped with a warning when the model loads.
+  const int threads = count(threadsOpt, "a whole number", 1 << 20);
+  const int budget = count(budgetOpt, "a whole number of entries per head", std::numeric_limits<int>::max());
+  const int imageSize = count(imageSizeOpt, "a whole number of pixels", 16384);
   if (threads < 0 || budget < 0 || imageSize < 0) return 2;
   const QString weights = parser.value(weightsOpt);
   const QString kvDtype = parser.value(kvDtypeOpt);

@@ -1,9 +1,15 @@
 // The `trimkv` command line as a user runs it: output formats, exit codes, error messages.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
+#include <map>
+#include <sstream>
 
 #include "cli/cli_runner.h"
+#include "commands.h"
+#include "args.h"
 #include "test_util.h"
 #include "trimkv/core/tokenizer.h"
 
@@ -125,7 +131,7 @@ TEST_CASE("trimkv --threads: negative counts are refused, absurd ones clamped to
           "[cli][bad-input]") {
   require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2,3", "--max-new-tokens", "2",
                                "--threads", "-3"}),
-                      "--threads must be 0 (every core) or a positive count, got -3");
+                      "option '--threads' needs an integer from 0 to 1048576, got '-3'");
   // 100,000 threads would never start; the run clamps, warns, and finishes like any other.
   const Run r = run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2,3", "--max-new-tokens", "2",
                          "--threads", "100000", "--json"});
@@ -141,4 +147,91 @@ TEST_CASE("trimkv --version prints CMake's project version and, built from git, 
   REQUIRE_THAT(r.out, Catch::StartsWith(std::string("trimkv ") + TRIMKV_PROJECT_VERSION));
   if (std::filesystem::exists(std::string(TRIMKV_SOURCE_DIR) + "/.git"))
     REQUIRE_THAT(r.out, Catch::Contains(" (git ") && Catch::EndsWith(")\n"));
+}
+
+TEST_CASE("every numeric option of every command refuses values outside its range, naming the option",
+          "[cli][bad-input]") {
+  // Each command's --help shows its numeric options' ranges as "[lo..hi]". The commands run
+  // in-process (trimkv_cli) on one value per option, below the range for one option and above it
+  // for the next: the command line is checked before anything is loaded (UsageError, exit 2).
+  using Command = int (*)(int, char**, int);
+  const std::map<std::string, Command> functions = {
+      {"info", trimkv::cli::cmd_info},         {"tokenize", trimkv::cli::cmd_tokenize},
+      {"generate", trimkv::cli::cmd_generate}, {"chat", trimkv::cli::cmd_chat},
+      {"train-gates", trimkv::cli::cmd_train_gates}, {"make-world", trimkv::cli::cmd_make_world},
+      {"train-tokenizer", trimkv::cli::cmd_train_tokenizer}, {"eval", trimkv::cli::cmd_eval},
+      {"eval-sweep", trimkv::cli::cmd_eval_sweep}, {"train-demo", trimkv::cli::cmd_train_demo}};
+  const auto call = [&](const std::string& command, std::vector<std::string> args, std::string* out) {
+    args.insert(args.begin(), {"trimkv", command});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    std::ostringstream captured;
+    std::streambuf* old = std::cout.rdbuf(captured.rdbuf());
+    try {
+      const int code = functions.at(command)(static_cast<int>(argv.size()), argv.data(), 2);
+      std::cout.rdbuf(old);
+      if (out) *out = captured.str();
+      return code;
+    } catch (...) {
+      std::cout.rdbuf(old);
+      throw;
+    }
+  };
+  // The commands the program lists (one process): each must be in the table above.
+  const Run top = run_cli({"--help"});
+  REQUIRE(top.code == 0);
+  std::vector<std::string> commands;
+  {
+    std::istringstream in(top.out.substr(top.out.find("commands:")));
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("  ", 0) == 0 && line.size() > 2 && line[2] != ' ')
+        commands.push_back(line.substr(2, line.find(' ', 2) - 2));
+  }
+  REQUIRE(commands.size() == functions.size());
+  int n_checked = 0;
+  for (const std::string& c : commands) {
+    CAPTURE(c);
+    REQUIRE(functions.count(c));
+    std::string help;
+    REQUIRE(call(c, {"--help"}, &help) == 0);
+    std::istringstream in(help);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("  --", 0) != 0 || line.empty() || line.back() != ']') continue;
+      const size_t open = line.rfind(" ["), dots = line.find("..", open);
+      if (open == std::string::npos || dots == std::string::npos) continue;
+      const std::string name = line.substr(4, line.find(' ', 4) - 4);
+      const std::string lo = line.substr(open + 2, dots - open - 2), hi = line.substr(dots + 2, line.size() - dots - 3);
+      // An integer step off a bound written as an integer is outside either kind of range.
+      const bool integer = lo.find_first_of(".e") == std::string::npos && hi.find_first_of(".e") == std::string::npos;
+      std::string bad;
+      if (n_checked % 2 == 0) {
+        const double v = std::stod(lo);
+        bad = integer ? std::to_string(static_cast<long long>(v) - 1) : std::to_string(v - std::fabs(v) - 1);
+      } else {
+        const double v = std::stod(hi);
+        bad = integer ? std::to_string(static_cast<long long>(v) + 1) : "1e300";
+      }
+      CAPTURE(name, lo, hi, bad);
+      try {
+        call(c, {"--" + name, bad}, nullptr);
+        FAIL("accepted");
+      } catch (const trimkv::cli::UsageError& e) {
+        REQUIRE_THAT(e.what(), Catch::StartsWith("option '--" + name + "' needs ") && Catch::EndsWith(bad + "'"));
+      }
+      ++n_checked;
+    }
+  }
+  CHECK(n_checked >= 60);
+}
+
+TEST_CASE("the option parser: numbers that do not parse, fractions for integers, NaN, and the exit code", "[cli][bad-input]") {
+  // Through the real binary: exit 2 and the message, before any model is loaded.
+  require_clean_error(run_cli({"generate", "--top-p", "half"}), "option '--top-p' needs a number from 0 to 1, got 'half'");
+  require_clean_error(run_cli({"generate", "--max-new-tokens", "2.5"}), "option '--max-new-tokens' needs an integer");
+  require_clean_error(run_cli({"generate", "--temperature", "nan"}), "option '--temperature' needs a number");
+  const Run r = run_cli({"train-gates", "--steps", "0"});
+  REQUIRE(r.code == 2);
+  REQUIRE_THAT(r.err, Catch::Contains("option '--steps' needs an integer from 1 to 100000000, got '0'"));
 }

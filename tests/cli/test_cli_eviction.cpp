@@ -80,8 +80,8 @@ TEST_CASE("trimkv generate without a policy keeps the full cache", "[cli][evicti
 
 TEST_CASE("trimkv generate refuses bad eviction options with one clear message",
           "[cli][eviction][errors]") {
-  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "0"})), "positive");
-  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "-4"})), "positive");
+  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "0"})), "'--budget' needs an integer from 1");
+  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "-4"})), "'--budget' needs an integer from 1");
   require_clean_error(run_cli(gen({"--policy", "nope", "--budget", "8"})),
                       "unknown eviction policy 'nope'");
   require_clean_error(run_cli(gen({"--policy", "h2o", "--budget", "8", "--policy-opt", "windw=2"})),
@@ -93,5 +93,5 @@ TEST_CASE("trimkv generate refuses bad eviction options with one clear message",
       "floor 3");
   require_clean_error(run_cli(gen({"--budget", "8", "--global-budget", "100"})), "give one of --budget");
   require_clean_error(run_cli(gen({"--policy", "snapkv"})), "needs a budget");
-  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "x"})), "not an integer");
+  require_clean_error(run_cli(gen({"--policy", "snapkv", "--budget", "x"})), "'--budget' needs an integer");
 }
