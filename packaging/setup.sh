@@ -18,6 +18,7 @@ PACKAGES=(
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev  # the GUI (optional)
   xvfb xauth                          # GUI screenshot under a virtual X server
   help2man                            # man pages from the programs' --help (the .deb)
+  qemu-user                           # the kernel tests on emulated AVX2 and pre-AVX CPUs
 )
 
 want_oracle=0

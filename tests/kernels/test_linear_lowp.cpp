@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -224,4 +225,18 @@ TEST_CASE("bf16 prefill GEMM: odd shapes, with and without bias, match the float
   const at::Tensor x = at::randn({9, 64});
   REQUIRE((linear_gemm(x, w) - at::linear(x, unpack_weight(w))).abs().max().item<double>() < 1e-4);
   REQUIRE(set_prefill_gemm_bf16(true));
+}
+
+TEST_CASE("The low-precision kernels run the instruction set this run expects", "[kernels][lowp]") {
+  // TRIMKV_EXPECT_LOWP_ISA is set by the ctest entries that run this suite on an emulated CPU
+  // (tests/CMakeLists.txt: qemu-user, Haswell -> avx2, Westmere -> portable): the dispatch must
+  // really have picked that tier, or those entries would test the native code a second time.
+  const char* expect = std::getenv("TRIMKV_EXPECT_LOWP_ISA");
+  if (!expect) {
+    SUCCEED("native run: every tier this CPU has is forced in turn above");
+    return;
+  }
+  CAPTURE(expect, lowp_kernel_isa());
+  REQUIRE(std::string(lowp_kernel_isa()).rfind(expect, 0) == 0);  // "avx2+fma+f16c", "portable"
+  REQUIRE_FALSE(force_lowp_kernel_isa(std::string(expect) == "avx2" ? "avx512" : "avx2"));  // nothing above it
 }

@@ -1,19 +1,22 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
 committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|models|gates|vlm|templates|chat|qwen2vl|quant|gguf|demo ...]"""
+import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-DATA = HERE.parent / "data"
+# TRIMKV_FIXTURE_DATA: write somewhere else (tests/oracle/check_fixtures.sh regenerates into a copy
+# and compares it with the committed files).
+DATA = Path(os.environ.get("TRIMKV_FIXTURE_DATA", HERE.parent / "data"))
 
 
 def main(argv):
     parts = argv or ["tokenizers", "models", "gates", "vlm", "templates", "chat", "qwen2vl", "quant", "gguf"]
     if "tokenizers" in parts:
         import tokenizer_fixtures
-        tokenizer_fixtures.main(DATA) if hasattr(tokenizer_fixtures, "main") else None
+        tokenizer_fixtures.main(DATA)
     if "models" in parts:
         import model_fixtures
         model_fixtures.main(DATA)

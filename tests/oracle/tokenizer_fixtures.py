@@ -307,7 +307,10 @@ def write_bad():
         json.dump(no_model, f, indent=1)
 
 
-def main():
+def main(data_dir=None):
+    global ROOT
+    if data_dir is not None:
+        ROOT = os.path.join(str(data_dir), "tokenizers")
     smol_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     smol = train(
         "smollm2",

@@ -183,12 +183,17 @@ TEST_CASE("the no-splitting path expands one image to the global tile only", "[v
 
 TEST_CASE("SigLIP tower and connector match transformers for identical pixel values",
           "[vision][tower][oracle]") {
-  for (const char* name : {"smolvlm", "idefics3"}) {
+  // The cases each fixture holds (tests/oracle/vlm_fixtures.py): a missing one is an error, not a skip.
+  const std::vector<std::pair<const char*, std::vector<const char*>>> fixtures = {{"smolvlm", {"split", "wide"}},
+                                                                                  {"idefics3", {"split"}}};
+  for (const auto& fixture : fixtures) {
+    const char* name = fixture.first;  // (not a structured binding: the lambda below captures it)
+    const std::vector<const char*>& cases = fixture.second;
     const auto& m = model(name);
     const WeightStore want = WeightStore::open_file(test::vlm_model(name) + "/expected.safetensors");
-    for (const char* c : {"split", "wide"}) {
-      if (!want.contains(std::string(c) + ".pixel_values")) continue;
+    for (const char* c : cases) {
       CAPTURE(name, c);
+      REQUIRE(want.contains(std::string(c) + ".pixel_values"));
       // The family's vision module, reached through a fresh load (the encoder hides it).
       const Idefics3Config cfg = [&] {
         Idefics3Config k = Idefics3Config::from_file(test::vlm_model(name) + "/config.json");
