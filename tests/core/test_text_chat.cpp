@@ -102,6 +102,32 @@ TEST_CASE("a chat answer stops at the template's end-of-turn token and is closed
   REQUIRE(s.transcript().back().role == "assistant");
 }
 
+TEST_CASE("an answer stopped by the position limit ends cleanly and the conversation stays usable", "[chat]") {
+  // The fixture allows 256 positions: the answer runs into them. Its closing tokens do not fit,
+  // so none are added (before, appending them threw out of generate()); the next turn is refused
+  // naming the limit, and a reset conversation answers again.
+  const TextModel model = load_text_model(test::model_dir("qwen2"));
+  REQUIRE(model.config.max_position_embeddings == 256);
+  Session s(model, make_text_turn_encoder(model, {}));
+  s.add_user_turn({ContentPart::text_part("Hi")});
+  GenerationParams p;
+  p.max_new_tokens = 1000;
+  p.stop_at_eos = false;
+  GenerationResult r;
+  REQUIRE_NOTHROW(r = s.generate(p));
+  CHECK(r.stop_reason == "context_full");
+  CHECK(s.ids().size() <= 256);
+  CHECK(s.transcript().back().role == "assistant");
+  REQUIRE_THROWS_WITH(s.add_user_turn({ContentPart::text_part("And now?")}),
+                      Catch::Contains("max_position_embeddings = 256") && Catch::Contains("reset the conversation"));
+  s.reset();
+  s.add_user_turn({ContentPart::text_part("Hi")});
+  p.max_new_tokens = 3;
+  const GenerationResult again = s.generate(p);
+  CHECK(again.tokens.size() == 3);
+  CHECK(again.stop_reason == "max_tokens");
+}
+
 TEST_CASE("text models refuse images and a folder without a template refuses to chat, naming it", "[chat]") {
   const TextModel model = load_text_model(test::model_dir("qwen2"));
   Session s(model, make_text_turn_encoder(model, {}));

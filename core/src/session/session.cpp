@@ -58,9 +58,20 @@ void Session::rebuild() {
     // A fresh (owned) evictor gets the segment's token merges again; an external one has them.
     if (m_owned_settings && m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
-    m_runner->prefill_embedded(s.ids, s.embeds, s.infos, nullptr, s.rope, s.deepstack);
+    m_runner->prefill_embedded(s.ids, embeds_of(s), s.infos, nullptr, s.rope, s.deepstack);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
   }
+}
+
+at::Tensor Session::embeds_of(const Stored& s) const {
+  at::Tensor e = m_model->decoder->embed(at::tensor(std::vector<int64_t>(s.ids.begin(), s.ids.end()), at::kLong));
+  if (s.image_embeds.defined()) {
+    std::vector<int64_t> image_rows;
+    for (size_t i = 0; i < s.infos.size(); ++i)
+      if (s.infos[i].modality == Modality::Image) image_rows.push_back(static_cast<int64_t>(i));
+    e.index_copy_(0, at::tensor(image_rows, at::kLong), s.image_embeds);
+  }
+  return e;
 }
 
 at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel) {
@@ -77,26 +88,23 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
   s.rope = seg.rope;
   s.deepstack = seg.deepstack;
   for (TokenInfo& t : s.infos) t.turn = static_cast<int16_t>(turn);
-  const TextDecoder& dec = *m_model->decoder;
-  s.embeds = dec.embed(at::tensor(std::vector<int64_t>(seg.ids.begin(), seg.ids.end()), at::kLong));
-  std::vector<int64_t> image_rows;
-  for (int64_t i = 0; i < n; ++i)
-    if (s.infos[i].modality == Modality::Image) image_rows.push_back(i);
-  if (!image_rows.empty()) {
-    TRIMKV_ASSERT(seg.image_embeddings.defined() &&
-                  seg.image_embeddings.size(0) == static_cast<int64_t>(image_rows.size()) &&
-                  seg.image_embeddings.size(1) == s.embeds.size(1));
-    s.embeds.index_copy_(0, at::tensor(image_rows, at::kLong), seg.image_embeddings.to(at::kFloat));
+  const int64_t hidden = m_model->config.hidden_size;
+  const int64_t n_image = std::count_if(s.infos.begin(), s.infos.end(),
+                                        [](const TokenInfo& t) { return t.modality == Modality::Image; });
+  if (n_image > 0) {
+    TRIMKV_ASSERT(seg.image_embeddings.defined() && seg.image_embeddings.size(0) == n_image &&
+                  seg.image_embeddings.size(1) == hidden);
+    s.image_embeds = seg.image_embeddings.to(at::kFloat);
   }
   for (const at::Tensor& d : s.deepstack)
-    TRIMKV_ASSERT(d.dim() == 2 && d.size(0) == static_cast<int64_t>(image_rows.size()) && d.size(1) == s.embeds.size(1));
+    TRIMKV_ASSERT(d.dim() == 2 && d.size(0) == n_image && d.size(1) == hidden);
   const size_t mark = m_ids.size();
   for (TokenMerge tm : seg.token_merges) {
     tm.first_token += static_cast<int32_t>(mark);
     s.merges.push_back(std::move(tm));
   }
   try {
-    at::Tensor logits = m_runner->prefill_embedded(s.ids, s.embeds, s.infos, cancel, s.rope, s.deepstack);
+    at::Tensor logits = m_runner->prefill_embedded(s.ids, embeds_of(s), s.infos, cancel, s.rope, s.deepstack);
     if (m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
@@ -212,7 +220,6 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
     s.ids.assign(r.tokens.begin(), r.tokens.begin() + static_cast<std::ptrdiff_t>(fed));
     s.infos.assign(fed, m_pending.decode_info);
     for (size_t i = 0; i < fed; ++i) s.infos[i].token_index = static_cast<int32_t>(mark + i);
-    s.embeds = m_model->decoder->embed(at::tensor(std::vector<int64_t>(s.ids.begin(), s.ids.end()), at::kLong));
     m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
     m_stored.push_back(std::move(s));
   }
@@ -224,7 +231,10 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
     std::vector<int32_t> rest(r.tokens.begin() + static_cast<std::ptrdiff_t>(fed), r.tokens.end());
     if (!rest.empty() && is_stop_token(m_model->config, stops, rest.back())) rest.pop_back();
     rest.insert(rest.end(), close.begin(), close.end());
-    if (!rest.empty()) {
+    // An answer stopped by the position limit (context_full) leaves no room to close it: the
+    // conversation is full; its next turn is refused naming the limit (reset, or roll back).
+    const bool fits = static_cast<int64_t>(m_ids.size() + rest.size()) <= m_model->config.max_position_embeddings;
+    if (!rest.empty() && fits) {
       StreamSegment seg;
       seg.ids = rest;
       seg.infos.assign(rest.size(), TokenInfo{});

@@ -167,7 +167,10 @@ class Session {
   struct Stored {  // a prefilled segment, kept to rebuild the cache after a rollback
     std::vector<int32_t> ids;     // [n]
     std::vector<TokenInfo> infos; // [n]
-    at::Tensor embeds;            // [n, hidden_size]
+    // [image rows of infos, hidden_size], the image features (undefined when there are none).
+    // Text rows are embedded again from ids when the segment is prefilled (a table lookup), so a
+    // long conversation keeps a few bytes per text token here, not a hidden-size row.
+    at::Tensor image_embeds;
     std::vector<TokenMerge> merges;  // token_merges of the segment, first_token absolute
     std::vector<RopeOffset> rope;    // as StreamSegment::rope
     std::vector<at::Tensor> deepstack;  // as StreamSegment::deepstack
@@ -175,6 +178,7 @@ class Session {
   // Prefills `seg` as message `turn`; on any error rolls back and rethrows. Returns [vocab].
   at::Tensor append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel);
   void rebuild();  // cache := the stored segments
+  at::Tensor embeds_of(const Stored& s) const;  // [n, hidden_size]: ids embedded, image rows filled
   // Generates the answer to the pending prompt; on failure the cache is rolled back to the mark
   // before the answer and the prompt stays pending.
   // `params` for the pending answer: a chat turn's also ends at the template's end-of-turn token.
