@@ -26,7 +26,7 @@ struct OptionSpec {
   // Numeric options only (ranged_int / ranged_real): Args refuses a value that does not parse or
   // lies outside the range when it reads the command line, naming the option; --help shows it.
   // Every option read with get_int / get_double / get_int64 has one.
-  std::optional<NumericRange> range;
+  std::optional<NumericRange> range = std::nullopt;
 };
 
 // A numeric option: integers from lo to hi, or any number from lo to hi.

@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "eval_runner.h"
 #include "policy_options.h"
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/world_eval.h"
@@ -90,9 +91,7 @@ int cmd_eval(int argc, char** argv, int first) {
   j["budget"] = st.budget_global;
   j["eviction_events"] = result.eviction_events;
   if (args.has("out")) {
-    std::ofstream out(args.get("out"), std::ios::binary | std::ios::trunc);
-    TRIMKV_CHECK(out.good(), Io, "--out ", args.get("out"), ": cannot open for writing");
-    out << j.dump(2) << '\n';
+    write_file_atomic(args.get("out"), j.dump(2) + "\n");
   }
   if (args.flag("json")) {
     std::cout << j.dump() << '\n';

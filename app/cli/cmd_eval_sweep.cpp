@@ -16,6 +16,7 @@
 #include "args.h"
 #include "commands.h"
 #include "eval_runner.h"
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/eviction_settings.h"
 #include "trimkv/vision/chat_engine.h"
@@ -96,8 +97,7 @@ std::vector<Row> read_csv(const std::string& path) {
 }
 
 void write_markdown(const std::string& path, const std::vector<Row>& rows) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TRIMKV_CHECK(out.good(), Io, path, ": cannot open for writing");
+  std::ostringstream out;
   out << "| policy | budget | KV entries budget | accuracy | n | failures | KV peak entries | KV mean entries | "
          "seconds |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const Row& r : rows) {
@@ -105,7 +105,7 @@ void write_markdown(const std::string& path, const std::vector<Row>& rows) {
     out << "| " << c[0] << " | " << c[1] << " | " << c[2] << " | " << c[3] << " | " << c[4] << " | " << c[6]
         << " | " << c[7] << " | " << c[8] << " | " << c[11] << " |\n";
   }
-  TRIMKV_CHECK(out.good(), Io, path, ": write error");
+  write_file_atomic(path, out.str());
 }
 
 // sweep.png: one line per policy (budget entries, accuracy), the full cache as reference.
@@ -205,13 +205,13 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
 
   // Rewrite the CSV from the rows kept (drops a torn last line), then append as cells finish.
   {
-    std::ofstream csv(csv_path, std::ios::binary | std::ios::trunc);
-    TRIMKV_CHECK(csv.good(), Io, csv_path, ": cannot open for writing");
+    std::ostringstream csv;
     csv << kCsvHeader << '\n';
     for (const Row& r : rows) {
       for (size_t i = 0; i < r.cells.size(); ++i) csv << (i ? "," : "") << r.cells[i];
       csv << '\n';
     }
+    write_file_atomic(csv_path, csv.str());
   }
   write_markdown(md_path, rows);
   if (!rows.empty()) write_plot(png_path, rows);

@@ -7,6 +7,7 @@
 #include "args.h"
 #include "commands.h"
 #include "policy_options.h"
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/engine.h"
 #include "trimkv/vision/chat_engine.h"
 
@@ -66,9 +67,7 @@ void replay_messages(vision::ChatEngine& engine, const std::vector<Message>& mes
 }
 
 void write_floats(const std::string& path, const std::vector<float>& values) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(float)));
-  if (!out.good()) throw UsageError("cannot write --logits '" + path + "'");
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
 }
 
 }  // namespace

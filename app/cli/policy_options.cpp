@@ -3,22 +3,11 @@
 #include <fstream>
 #include <sstream>
 
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/trace.h"
 
 namespace trimkv::cli {
-
-namespace {
-
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TRIMKV_CHECK(out.good(), Io, "cannot write '", path, "'");
-  out << text;
-  out.close();
-  TRIMKV_CHECK(out.good(), Io, "writing '", path, "' failed");
-}
-
-}  // namespace
 
 void add_policy_option_specs(std::vector<OptionSpec>& specs) {
   const std::vector<OptionSpec> mine = {
@@ -84,8 +73,8 @@ void write_trace_outputs(const Args& args, const GenerationResult& r) {
   if (!args.has("trace") && !args.has("trace-csv")) return;
   Trace empty;
   const Trace& t = r.trace ? *r.trace : empty;
-  if (args.has("trace")) write_file(args.get("trace"), trace_to_json(t, 1) + "\n");
-  if (args.has("trace-csv")) write_file(args.get("trace-csv"), trace_per_head_csv(t));
+  if (args.has("trace")) write_file_atomic(args.get("trace"), trace_to_json(t, 1) + "\n");
+  if (args.has("trace-csv")) write_file_atomic(args.get("trace-csv"), trace_per_head_csv(t));
 }
 
 }  // namespace trimkv::cli

@@ -128,7 +128,7 @@ void write_llama(const test::ScratchDir& dir, int64_t d, int64_t f, DType dtype)
     put(p + "input_layernorm.weight", {d});
     put(p + "post_attention_layernorm.weight", {d});
   }
-  write_safetensors_atomic(dir.file("model.safetensors"), out);
+  write_safetensors(dir.file("model.safetensors"), out);
 }
 
 }  // namespace

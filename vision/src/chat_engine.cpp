@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/budget.h"
 #include "trimkv/core/engine_support.h"
 #include "trimkv/core/error.h"
@@ -294,11 +295,6 @@ std::string ChatEngine::transcript_json() const {
   return j.dump(2);
 }
 
-void ChatEngine::save_transcript(const std::string& path) const {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TRIMKV_CHECK(out.good(), Io, "cannot write '", path, "'");
-  out << transcript_json() << "\n";
-  TRIMKV_CHECK(out.good(), Io, "cannot write '", path, "'");
-}
+void ChatEngine::save_transcript(const std::string& path) const { write_file_atomic(path, transcript_json() + "\n"); }
 
 }  // namespace trimkv::vision

@@ -156,7 +156,7 @@ void save_gates(const std::string& path, const RetentionGates& gates,
   meta["train_budget"] = to_str(c.train_budget);
   std::vector<TensorToWrite> out;
   for (const auto& p : gates.named_tensors()) out.push_back(float_tensor_to_write(p.name, p.tensor));
-  write_safetensors_atomic(path, out, meta);
+  write_safetensors(path, out, meta);
 }
 
 void save_gates_pth(const std::string& path, const RetentionGates& gates, const std::string& prefix) {

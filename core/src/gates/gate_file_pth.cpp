@@ -13,6 +13,7 @@
 #include <iterator>
 
 #include "gates/pth_check.h"
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 
@@ -59,14 +60,7 @@ void write_torch_state_dict(const std::string& path, const std::vector<std::pair
   });
   torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
   writer.writeEndOfFile();
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TRIMKV_CHECK(out.good(), Io, "cannot write '", tmp, "'");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    TRIMKV_CHECK(out.good(), Io, "cannot write '", tmp, "' (disk full?)");
-  }
-  TRIMKV_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Io, "cannot move '", tmp, "' to '", path, "'");
+  write_file_atomic(path, std::string_view(bytes.data(), bytes.size()));
 }
 
 }  // namespace trimkv

@@ -12,6 +12,7 @@
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/utf8.h"
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
 
 namespace trimkv {
@@ -272,11 +273,7 @@ BpeTrainResult BpeTrainer::train() const {
 }
 
 void save_tokenizer_json(const BpeTrainResult& result, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TRIMKV_CHECK(out.good(), Io, path, ": cannot open for writing");
-  out << result.tokenizer_json;
-  out.close();
-  TRIMKV_CHECK(!out.fail(), Io, path, ": write error");
+  write_file_atomic(path, result.tokenizer_json);
 }
 
 }  // namespace trimkv

@@ -165,7 +165,7 @@ void GateTrainer::save_checkpoint(const std::string& path) const {
                                              {"config", cfg},
                                              {"config_hash", hex64(fnv1a(cfg))}};
   I.adam->save_state("adam.", out, meta);
-  write_safetensors_atomic(path, out, meta);
+  write_safetensors(path, out, meta);
 }
 
 void GateTrainer::load_checkpoint(const std::string& path) {

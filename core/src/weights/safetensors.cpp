@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/json_input.h"
 
@@ -199,15 +200,13 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   }
   std::string h = header.dump();
   while (h.size() % 8 != 0) h.push_back(' ');  // align the data buffer like the reference writer
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  TRIMKV_CHECK(out.good(), Io, "cannot write '", path, "'");
   const uint64_t hlen = h.size();
-  out.write(reinterpret_cast<const char*>(&hlen), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  for (const auto& t : tensors)
-    out.write(reinterpret_cast<const char*>(t.bytes.data()),
-              static_cast<std::streamsize>(t.bytes.size()));
-  TRIMKV_CHECK(out.good(), Io, "write to '", path, "' failed");
+  std::string bytes;
+  bytes.reserve(8 + h.size() + offset);
+  bytes.append(reinterpret_cast<const char*>(&hlen), 8);
+  bytes += h;
+  for (const auto& t : tensors) bytes.append(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
+  write_file_atomic(path, bytes);
 }
 
 }  // namespace trimkv

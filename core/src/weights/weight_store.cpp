@@ -116,15 +116,6 @@ TensorToWrite float_tensor_to_write(const std::string& name, const at::Tensor& t
   return w;
 }
 
-void write_safetensors_atomic(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                              const std::map<std::string, std::string>& metadata) {
-  const std::string tmp = path + ".tmp";
-  write_safetensors(tmp, tensors, metadata);
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TRIMKV_CHECK(!ec, Io, "cannot move '", tmp, "' to '", path, "': ", ec.message());
-}
-
 WeightStore WeightStore::open_file(const std::string& path) {
   WeightStore ws;
   ws.m_source = path;

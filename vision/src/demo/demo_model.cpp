@@ -291,7 +291,7 @@ std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const Dem
 void write_demo_weights(const DemoModel& m, const std::string& path) {
   std::vector<TensorToWrite> out;
   for (const auto& [name, t] : demo_reference_tensors(m)) out.push_back(float_tensor_to_write(name, t));
-  write_safetensors_atomic(path, out, {{"format", "pt"}});
+  write_safetensors(path, out, {{"format", "pt"}});
 }
 
 void load_demo_weights(DemoModel& m, const std::string& path) {

@@ -476,7 +476,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                                                  {"stage", std::to_string(next_stage)},
                                                  {"step", std::to_string(next_step)}};
       if (with_adam) adam.save_state("adam.", out, meta);
-      write_safetensors_atomic(ckpt_path, out, meta);
+      write_safetensors(ckpt_path, out, meta);
       result.checkpoint_path = ckpt_path;
     };
     say(std::string("stage ") + st.name + ": " + std::to_string(st.cfg.steps) + " steps of " +

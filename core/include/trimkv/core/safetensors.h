@@ -84,6 +84,8 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
 };
+// The file is replaced atomically (atomic_write.h): a reader never sees half a file, and a failed
+// write (a full disk) leaves the previous one. Error{Io} naming the file.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 

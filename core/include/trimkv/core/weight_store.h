@@ -72,11 +72,6 @@ at::Tensor tensor_to_float(const TensorInfo& info);
 // The float32 bytes of `t` (detached, made contiguous) as a tensor to write under `name`.
 TensorToWrite float_tensor_to_write(const std::string& name, const at::Tensor& t);
 
-// write_safetensors() to `path`.tmp, then renamed over `path` (a reader never sees half a file).
-// Error{Io} naming the file.
-void write_safetensors_atomic(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
-
 // The held matrix format whose bytes are exactly those of a tensor stored as `d` (F32, BF16, F16,
 // Q8_0, Q4_0), or nullopt.
 std::optional<kernels::WeightFormat> stored_weight_format(DType d);
