@@ -45,12 +45,13 @@ fi
 if [ "$want_oracle" = 1 ]; then
   venv="${TRIMKV_VENV:-$HOME/.cache/trimkv/venv-oracle}"
   # gguf + accelerate: transformers' GGUF loading (tests/oracle/smollm2_checkpoint.py); jinja2:
-  # transformers' chat templates.
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import transformers, tokenizers, torch, safetensors, PIL, gguf, accelerate, jinja2" 2>/dev/null; then
+  # transformers' chat templates; llama-cpp-python (built from source on install, minutes): the
+  # GGUF fixtures' llama.cpp logits and the llama.cpp side of the benchmarks.
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import transformers, tokenizers, torch, safetensors, PIL, gguf, accelerate, jinja2, llama_cpp" 2>/dev/null; then
     echo "setup: creating the oracle environment in $venv (PyPI torch is several GB)"
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     "$venv/bin/pip" install -q --upgrade pip
-    "$venv/bin/pip" install -q torch transformers tokenizers safetensors pillow gguf accelerate jinja2
+    "$venv/bin/pip" install -q torch transformers tokenizers safetensors pillow gguf accelerate jinja2 llama-cpp-python
   fi
   echo "setup: oracle environment ready: $venv/bin/python"
 fi

@@ -1,0 +1,143 @@
+// Ctrl-C (SIGINT) and kill -9 sent to a real `trimkv` process mid-work: generate and chat stop
+// the answer and finish cleanly, train-gates writes a checkpoint and --resume ends with the same
+// gates as an uninterrupted run, to the bit (after SIGINT, and after kill -9, which loses at most
+// one checkpoint interval).
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/cli_runner.h"
+#include "test_util.h"
+
+namespace {
+
+using trimkv::test::run_cli;
+using trimkv::test::run_cli_signalled;
+
+// The tiny random llama (its answers rarely end by themselves) with room for long runs.
+std::string long_running_model(const trimkv::test::ScratchDir& dir) {
+  trimkv::test::copy_model("llama_gqa", dir.path());
+  auto c = trimkv::test::read_json(dir.file("config.json"));
+  c["max_position_embeddings"] = 1 << 20;
+  trimkv::test::write_text(dir.file("config.json"), c.dump());
+  return dir.path();
+}
+
+// True once `ms` milliseconds have passed since the call that made it.
+std::function<bool(const std::string&, const std::string&)> after_ms(int ms) {
+  const auto start = std::chrono::steady_clock::now();
+  return [start, ms](const std::string&, const std::string&) {
+    return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(ms);
+  };
+}
+
+// The "step" of every JSON progress line train-gates printed, and whether it checkpointed.
+std::vector<std::pair<int64_t, bool>> steps_of(const std::string& out) {
+  std::vector<std::pair<int64_t, bool>> steps;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty() && line[0] == '{') {
+      const auto j = nlohmann::json::parse(line);
+      steps.emplace_back(j["step"].get<int64_t>(), j["checkpointed"].get<bool>());
+    }
+  return steps;
+}
+
+}  // namespace
+
+TEST_CASE("Ctrl-C stops trimkv generate's answer; the run ends cleanly with what it has", "[cli][signal]") {
+  trimkv::test::ScratchDir dir("sigint-generate");
+  const std::string model = long_running_model(dir);
+  const auto r = run_cli_signalled({"generate", "--model", model, "--prompt-ids", "1,2,3", "--max-new-tokens", "1000000",
+                                    "--ignore-eos", "--json"},
+                                   "", SIGINT, after_ms(1500));
+  CAPTURE(r.out, r.err, r.ms_after_signal);
+  REQUIRE(r.code == 130);  // interrupted, as shells report Ctrl-C; the answer so far is printed whole
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["stop_reason"] == "cancelled");
+  CHECK(j["tokens"].size() > 10);
+  CHECK(r.ms_after_signal < 1000);  // the step in flight, the JSON, and process teardown
+}
+
+TEST_CASE("Ctrl-C stops a chat answer and the chat goes on", "[cli][signal]") {
+  trimkv::test::ScratchDir dir("sigint-chat");
+  const std::string model = long_running_model(dir);
+  // After the interrupted answer the chat reads the next line: end of input, so it leaves.
+  const auto r = run_cli_signalled({"chat", "--model", model, "--max-new-tokens", "1000000"}, "Hello there\n", SIGINT,
+                                   [](const std::string& out, const std::string&) { return out.size() > 200; });
+  CAPTURE(r.out, r.err, r.ms_after_signal);
+  REQUIRE(r.code == 0);
+  REQUIRE_THAT(r.err, Catch::Contains("stop: cancelled"));
+  CHECK(r.ms_after_signal < 1000);
+}
+
+TEST_CASE("train-gates interrupted by Ctrl-C or kill -9 resumes to the same gates as an uninterrupted run",
+          "[cli][signal][training]") {
+  trimkv::test::ScratchDir dir("sigint-train");
+  std::string data;
+  for (const char* t : {"The quick brown fox jumps over the lazy dog, again and again, until it is tired.",
+                        "Colours and shapes: a red square, a blue circle and a green star on a grey table.",
+                        "Numbers one two three four five six seven eight nine and then some more words here."})
+    data += nlohmann::json({{"text", std::string(t) + " " + t + " " + t}}).dump() + "\n";
+  trimkv::test::write_text(dir.file("d.jsonl"), data);
+  const auto args = [&](const std::string& out) {
+    return std::vector<std::string>{"train-gates", "--model", trimkv::test::model_dir("llama_gqa"), "--data",
+                                    dir.file("d.jsonl"), "--out", out, "--steps", "150", "--checkpoint-every", "1",
+                                    "--threads", "1", "--gate-hidden", "8", "--bias-init", "3", "--budget", "8",
+                                    "--seed", "3", "--json"};
+  };
+  const auto with_resume = [&](const std::string& out) {
+    auto a = args(out);
+    a.push_back("--resume");
+    return a;
+  };
+  const trimkv::test::CliRun whole = run_cli(args(dir.file("whole.safetensors")));
+  CAPTURE(whole.err);
+  REQUIRE(whole.code == 0);
+  const std::string want = trimkv::test::read_bytes(dir.file("whole.safetensors"));
+  REQUIRE(want.size() > 100);
+
+  SECTION("SIGINT: a checkpoint at the step it stopped, exit 130, then --resume") {
+    const std::string out = dir.file("int.safetensors");
+    const auto r = run_cli_signalled(args(out), "", SIGINT, [](const std::string& o, const std::string&) {
+      return o.find("\"step\":10,") != std::string::npos;
+    });
+    CAPTURE(r.out, r.err);
+    REQUIRE(r.code == 130);
+    REQUIRE_THAT(r.err, Catch::Contains("interrupted at step") && Catch::Contains("--resume"));
+    const auto done = steps_of(r.out);
+    REQUIRE(!done.empty());
+    REQUIRE(done.back().first < 150);
+    const trimkv::test::CliRun resumed = run_cli(with_resume(out));
+    CAPTURE(resumed.err);
+    REQUIRE(resumed.code == 0);
+    REQUIRE(steps_of(resumed.out).front().first == done.back().first + 1);  // nothing lost
+    REQUIRE(trimkv::test::read_bytes(out) == want);
+  }
+  SECTION("kill -9: at most one checkpoint interval lost, then --resume") {
+    const std::string out = dir.file("kill.safetensors");
+    const auto r = run_cli_signalled(args(out), "", SIGKILL, [](const std::string& o, const std::string&) {
+      return o.find("\"step\":12,") != std::string::npos;
+    });
+    CAPTURE(r.out, r.err);
+    REQUIRE(r.term_signal == SIGKILL);
+    const auto done = steps_of(r.out);
+    REQUIRE(!done.empty());
+    int64_t last_checkpoint = 0;
+    for (const auto& [step, checkpointed] : done)
+      if (checkpointed) last_checkpoint = step;
+    const trimkv::test::CliRun resumed = run_cli(with_resume(out));
+    CAPTURE(resumed.err);
+    REQUIRE(resumed.code == 0);
+    const int64_t first = steps_of(resumed.out).front().first;
+    // Resumed from the last complete checkpoint (one step each here): the kill can fall between
+    // a step's line and its checkpoint, or cut a checkpoint being written (never read half).
+    REQUIRE(first >= last_checkpoint);
+    REQUIRE(first <= last_checkpoint + 1);
+    REQUIRE(trimkv::test::read_bytes(out) == want);
+  }
+}
