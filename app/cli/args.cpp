@@ -178,6 +178,29 @@ OptionSpec image_size_option() {
                     1, 16384);
 }
 
+std::vector<OptionSpec> sampling_option_specs() {
+  return {ranged_real("temperature", "T", "sampling temperature; 0 = greedy (default 0)", 0, 100),
+          ranged_int("top-k", "K", "keep the K most likely tokens (0 = off)", 0, 1 << 24),
+          ranged_real("top-p", "P", "nucleus sampling mass (1 = off)", 0, 1),
+          ranged_real("repetition-penalty", "R", "penalise tokens already present (1 = off)", 1e-3, 1e3),
+          ranged_int("seed", "S", "random seed for sampling (default 0)", 0, 2147483647)};
+}
+
+SamplingParams sampling_arg(const Args& args) {
+  SamplingParams s;
+  s.temperature = static_cast<float>(args.get_double("temperature", 0.0));
+  s.top_k = args.get_int("top-k", 0);
+  s.top_p = static_cast<float>(args.get_double("top-p", 1.0));
+  s.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
+  s.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  try {
+    validate(s);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return s;
+}
+
 OptionSpec threads_option(const std::string& help) { return ranged_int("threads", "N", help, 0, 1 << 20); }
 
 // More than the machine's cores: set_compute_threads clamps, with a warning.

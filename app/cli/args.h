@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trimkv/core/chat_template.h"
+#include "trimkv/core/sampling.h"
 
 namespace trimkv::cli {
 
@@ -74,6 +75,11 @@ std::vector<TemplateVar> parse_template_vars(const Args& args);
 // commands; weights_arg() checks it before the (slow) model load (UsageError naming it).
 OptionSpec weights_option();
 std::string weights_arg(const Args& args);
+// --temperature, --top-k, --top-p, --repetition-penalty, --seed (generate, chat), and the
+// sampling they give, checked before the (slow) model load (UsageError naming the problem).
+std::vector<OptionSpec> sampling_option_specs();
+SamplingParams sampling_arg(const Args& args);
+
 // --threads: 0 (every core, the default) or a count; more than the machine's cores is clamped
 // with a warning (set_compute_threads).
 OptionSpec threads_option(const std::string& help = "CPU threads (default: all cores)");

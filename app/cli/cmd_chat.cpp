@@ -42,12 +42,11 @@ int cmd_chat(int argc, char** argv, int first) {
       {"system", "TEXT", "system message that opens the conversation (and every one after /reset)"},
       {"template-var", "NAME=VALUE", "chat-template variable, e.g. enable_thinking=false (repeatable; "
                                      "VALUE is read as JSON when it is, else as a string)", true},
-      ranged_int("max-new-tokens", "N", "tokens per answer at most (default 256)", 0, 1 << 20),
-      ranged_real("temperature", "T", "sampling temperature; 0 = greedy (default 0)", 0, 100),
-      ranged_int("top-k", "K", "keep the K most likely tokens (0 = off)", 0, 1 << 24),
-      ranged_real("top-p", "P", "nucleus sampling mass (1 = off)", 0, 1),
-      ranged_real("repetition-penalty", "R", "penalise tokens already present (1 = off)", 1e-3, 1e3),
-      ranged_int("seed", "S", "random seed for sampling (default 0)", 0, 2147483647),
+      ranged_int("max-new-tokens", "N", "tokens per answer at most (default 256)", 1, 1 << 20),
+  };
+  const std::vector<OptionSpec> sampling = sampling_option_specs();
+  specs.insert(specs.end(), sampling.begin(), sampling.end());
+  specs.insert(specs.end(), {
       threads_option("CPU threads (default: all cores)"),
       ranged_int("prefill-chunk", "N", "tokens per prefill forward (default 256)", 1, 1 << 20),
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
@@ -55,7 +54,7 @@ int cmd_chat(int argc, char** argv, int first) {
       kv_dtype_option(),
       image_size_option(),
       {"help", "", "show this help"},
-  };
+  });
   add_policy_option_specs(specs);
   Args args("chat", specs, argc, argv, first);
   if (args.flag("help")) {
@@ -68,14 +67,8 @@ int cmd_chat(int argc, char** argv, int first) {
   const std::string model = args.model_dir();
   GenerationParams params;
   params.max_new_tokens = args.get_int("max-new-tokens", 256);
-  params.sampling.temperature = static_cast<float>(args.get_double("temperature", 0.0));
-  params.sampling.top_k = args.get_int("top-k", 0);
-  params.sampling.top_p = static_cast<float>(args.get_double("top-p", 1.0));
-  params.sampling.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
-  params.sampling.seed = static_cast<uint64_t>(args.get_int("seed", 0));
-  validate(params.sampling);
+  params.sampling = sampling_arg(args);
   const EvictionSettings eviction = parse_policy_settings(args);  // before the model load
-  if (params.max_new_tokens <= 0) throw UsageError("--max-new-tokens must be > 0");
   EngineOptions options;
   options.template_vars = parse_template_vars(args);
   options.threads = threads_arg(args);

@@ -88,11 +88,10 @@ int cmd_generate(int argc, char** argv, int first) {
       {"template-var", "NAME=VALUE", "with --chat: a chat-template variable, e.g. enable_thinking=false "
                                      "(repeatable; VALUE is read as JSON when it is, else as a string)", true},
       ranged_int("max-new-tokens", "N", "tokens to generate at most (default 64)", 0, 1 << 20),
-      ranged_real("temperature", "T", "sampling temperature; 0 = greedy (default 0)", 0, 100),
-      ranged_int("top-k", "K", "keep the K most likely tokens (0 = off)", 0, 1 << 24),
-      ranged_real("top-p", "P", "nucleus sampling mass (1 = off)", 0, 1),
-      ranged_real("repetition-penalty", "R", "penalise tokens already present (1 = off)", 1e-3, 1e3),
-      ranged_int("seed", "S", "random seed for sampling (default 0)", 0, 2147483647),
+  };
+  const std::vector<OptionSpec> sampling = sampling_option_specs();
+  specs.insert(specs.end(), sampling.begin(), sampling.end());
+  specs.insert(specs.end(), {
       {"stop", "STRING", "stop when the text contains STRING", true},
       {"ignore-eos", "", "keep generating after the end-of-sequence token"},
       threads_option("CPU threads (default: all cores)"),
@@ -103,7 +102,7 @@ int cmd_generate(int argc, char** argv, int first) {
       image_size_option(),
       {"json", "", "print one JSON object instead of streaming text"},
       {"help", "", "show this help"},
-  };
+  });
   add_policy_option_specs(specs);
   Args args("generate", specs, argc, argv, first);
   if (args.flag("help")) {
@@ -116,16 +115,10 @@ int cmd_generate(int argc, char** argv, int first) {
     throw UsageError("give exactly one of --prompt, --prompt-ids and --messages");
   GenerationParams params;
   params.max_new_tokens = args.get_int("max-new-tokens", 64);
-  params.sampling.temperature = static_cast<float>(args.get_double("temperature", 0.0));
-  params.sampling.top_k = args.get_int("top-k", 0);
-  params.sampling.top_p = static_cast<float>(args.get_double("top-p", 1.0));
-  params.sampling.repetition_penalty = static_cast<float>(args.get_double("repetition-penalty", 1.0));
-  params.sampling.seed = static_cast<uint64_t>(args.get_int("seed", 0));
+  params.sampling = sampling_arg(args);  // before the (slow) model load
   params.stop_strings = args.all("stop");
   params.stop_at_eos = !args.flag("ignore-eos");
-  validate(params.sampling);  // before the (slow) model load
   const EvictionSettings eviction = parse_policy_settings(args);  // likewise
-  if (params.max_new_tokens < 0) throw UsageError("--max-new-tokens must be >= 0");
   std::vector<int32_t> prompt_ids;
   if (args.has("prompt-ids")) prompt_ids = parse_ids(args.get("prompt-ids"));
 
