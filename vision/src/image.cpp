@@ -113,7 +113,7 @@ int jpeg_exif_orientation(const uint8_t* d, size_t n) {
       const size_t tiff_len = seg_len - 6;
       const bool le = tiff[0] == 'I' && tiff[1] == 'I';
       if (!le && !(tiff[0] == 'M' && tiff[1] == 'M')) return 1;
-      const uint32_t ifd = rd32(tiff + 4, le);
+      const size_t ifd = rd32(tiff + 4, le);  // size_t: an offset near 2^32 must not wrap past the check
       if (ifd + 2 > tiff_len) return 1;
       const uint16_t count = rd16(tiff + ifd, le);
       for (uint32_t i = 0; i < count; ++i) {
