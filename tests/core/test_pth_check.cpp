@@ -83,3 +83,18 @@ TEST_CASE("torch.save files: pickles with opcodes no state dict needs, bad memo 
              Catch::Contains("reads a memo entry never stored"));
   CHECK_THAT(refusal([&](std::string& b) { b[pickle_at(b) + 1] = 9; }), Catch::Contains("pickle protocol 9"));
 }
+
+TEST_CASE("torch.save files: a tensor whose view reaches past its storage is refused before it is read",
+          "[pth][bad-input]") {
+  // Found by the 10-minute gates campaign: LibTorch builds the tensor from the pickle's sizes and
+  // strides without checking its storage (the zip record), and copying it read past the record.
+  const std::string path = std::string(TRIMKV_SOURCE_DIR) + "/tests/fuzz/regressions/gates/pth-view-past-storage.pth";
+  try {
+    load_gates(path);
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CAPTURE(e.what());
+    REQUIRE(e.kind() == ErrorKind::Format);
+    REQUIRE_THAT(e.what(), Catch::Contains("reaches past its storage") && Catch::Contains(path));
+  }
+}

@@ -19,6 +19,28 @@
 
 namespace trimkv {
 
+namespace {
+
+// LibTorch builds each tensor from the pickle's (storage offset, sizes, strides) without checking
+// that the view fits its storage (the zip record): reading a corrupt file's tensor would read
+// outside it (found by the gates fuzz target). Checked here before any value is read.
+void check_view_within_storage(const at::Tensor& t, const std::string& path, const std::string& name) {
+  const int64_t item = static_cast<int64_t>(t.element_size());
+  const auto storage_bytes = static_cast<__int128>(t.storage().nbytes());
+  __int128 last = t.storage_offset();  // element index of the view's last element
+  bool ok = t.storage_offset() >= 0;
+  for (int64_t d = 0; d < t.dim() && ok; ++d) {
+    ok = t.size(d) >= 0 && t.stride(d) >= 0;
+    if (ok && t.size(d) > 0) last += static_cast<__int128>(t.size(d) - 1) * t.stride(d);
+  }
+  ok = ok && (t.numel() == 0 || (last + 1) * item <= storage_bytes);
+  TRIMKV_CHECK(ok, Format, "'", path, "': tensor '", name, "' (sizes ", t.sizes(), ", strides ", t.strides(),
+               ", offset ", t.storage_offset(), ") reaches past its storage of ", t.storage().nbytes(),
+               " bytes: a corrupt torch.save file");
+}
+
+}  // namespace
+
 std::map<std::string, at::Tensor> read_torch_state_dict(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   TRIMKV_CHECK(in.good(), Io, "cannot open '", path, "'");
@@ -37,6 +59,7 @@ std::map<std::string, at::Tensor> read_torch_state_dict(const std::string& path)
     at::Tensor t = entry.value().toTensor();
     TRIMKV_CHECK(t.is_floating_point(), Format, "'", path, "': tensor '", entry.key().toStringRef(),
                  "' is not floating point");
+    check_view_within_storage(t, path, entry.key().toStringRef());
     out[entry.key().toStringRef()] = t.detach().to(at::kFloat).contiguous().clone();
   }
   return out;
