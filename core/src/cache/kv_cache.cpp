@@ -5,6 +5,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <array>
 #include <cstring>
 
 #include "trimkv/core/error.h"
@@ -146,9 +147,11 @@ ApplyResult KvCache::apply(const EvictionPlan& plan, const std::function<void(in
     // cache): in the bookkeeping's order no move reads a slot an earlier one wrote
     // (kv_bookkeeping.h), so they run in order; runs of consecutive source and destination slots
     // move as one memmove (kept entries mostly shift in runs).
+    // The hook outlives this block: it holds copies (ASan found the first version's references
+    // to these locals dangling).
     const size_t row = static_cast<size_t>(geometry().head_dim) * m_k.element_size();
-    uint8_t* const bases[2] = {static_cast<uint8_t*>(m_k.data_ptr()), static_cast<uint8_t*>(m_v.data_ptr())};
-    hooks.run_moves = [&](int64_t, const std::vector<SlotMove>& mv) {
+    const std::array<uint8_t*, 2> bases = {static_cast<uint8_t*>(m_k.data_ptr()), static_cast<uint8_t*>(m_v.data_ptr())};
+    hooks.run_moves = [row, bases](int64_t, const std::vector<SlotMove>& mv) {
       for (uint8_t* base : bases) {
         for (size_t i = 0, end = mv.size(); i < end;) {
           // A run ascends (compaction toward the front) or descends (toward the end); memmove
