@@ -37,6 +37,8 @@ for t in "${targets[@]}"; do
   grep "^$t " "$root/tests/fuzz/seeds.txt" | while read -r _ rel; do cp -n "$root/tests/data/$rel" "$corpus/" 2>/dev/null; done
   for d in seeds regressions; do [ -d "$root/tests/fuzz/$d/$t" ] && cp -n "$root/tests/fuzz/$d/$t"/* "$corpus/" 2>/dev/null; done
   log="$build/findings/$t.log"
+  start="$build/findings/$t.start"  # findings newer than this are this run's (older ones stay)
+  touch "$start"
   # Inputs as long as the largest seed (GGUF seeds are ~100 KB), at least 64 KiB.
   max_len=$(find "$corpus" -type f -printf '%s\n' | sort -n | tail -1)
   [ "${max_len:-0}" -ge 65536 ] || max_len=65536
@@ -48,7 +50,7 @@ for t in "${targets[@]}"; do
   execs=$(echo "$last" | sed -n 's/^#\([0-9]*\).*/\1/p')  # fork mode's running count of inputs run
   cov=$(echo "$last" | grep -o 'cov: [0-9]*' | awk '{print $2}')
   ft=$(echo "$last" | grep -o 'ft: [0-9]*' | awk '{print $2}')
-  crashes=$(ls "$findings" | grep -cE '^(crash|leak|timeout|oom)-')
+  crashes=$(find "$findings" -maxdepth 1 -newer "$start" -regextype egrep -regex '.*/(crash|leak|timeout|oom)-.*' | wc -l)
   size=$(ls "$corpus" | wc -l)
   echo "| $t | $secs | ${execs:-?} | $(( ${execs:-0} / (secs > 0 ? secs : 1) )) | ${cov:-?} | ${ft:-?} | $size | $crashes |"
 done
