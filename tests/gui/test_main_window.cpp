@@ -985,11 +985,15 @@ class MainWindowTest : public QObject {
       if (a->toolTip() == dir) entry = a;
     QVERIFY(entry);
     bool indicatorShown = false;
-    connect(m_window.get(), &MainWindow::modelLoadStarted, this,
-            [&] { indicatorShown = m_window->loadIndicator()->isVisible(); });
+    // Disconnected before this function returns: later loads must not write to its locals (ASan
+    // found the first version's connection outliving them).
+    const QMetaObject::Connection watch = connect(m_window.get(), &MainWindow::modelLoadStarted, this,
+                                                  [&] { indicatorShown = m_window->loadIndicator()->isVisible(); });
     QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
     entry->trigger();
-    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    const bool arrived = loaded.wait(kLoadTimeoutMs);
+    disconnect(watch);
+    QVERIFY(arrived);
     QVERIFY(indicatorShown);
     QTRY_VERIFY(!m_window->loadIndicator()->isVisible());
   }
