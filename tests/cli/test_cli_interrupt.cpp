@@ -26,14 +26,6 @@ std::string long_running_model(const trimkv::test::ScratchDir& dir) {
   return dir.path();
 }
 
-// True once `ms` milliseconds have passed since the call that made it.
-std::function<bool(const std::string&, const std::string&)> after_ms(int ms) {
-  const auto start = std::chrono::steady_clock::now();
-  return [start, ms](const std::string&, const std::string&) {
-    return std::chrono::steady_clock::now() - start > std::chrono::milliseconds(ms);
-  };
-}
-
 // The "step" of every JSON progress line train-gates printed, and whether it checkpointed.
 std::vector<std::pair<int64_t, bool>> steps_of(const std::string& out) {
   std::vector<std::pair<int64_t, bool>> steps;
@@ -52,15 +44,16 @@ std::vector<std::pair<int64_t, bool>> steps_of(const std::string& out) {
 TEST_CASE("Ctrl-C stops trimkv generate's answer; the run ends cleanly with what it has", "[cli][signal]") {
   trimkv::test::ScratchDir dir("sigint-generate");
   const std::string model = long_running_model(dir);
+  // The signal goes once the answer streams (the handler is in place by then, however slow the
+  // machine is to load).
   const auto r = run_cli_signalled({"generate", "--model", model, "--prompt-ids", "1,2,3", "--max-new-tokens", "1000000",
-                                    "--ignore-eos", "--json"},
-                                   "", SIGINT, after_ms(1500));
-  CAPTURE(r.out, r.err, r.ms_after_signal);
-  REQUIRE(r.code == 130);  // interrupted, as shells report Ctrl-C; the answer so far is printed whole
-  const auto j = nlohmann::json::parse(r.out);
-  CHECK(j["stop_reason"] == "cancelled");
-  CHECK(j["tokens"].size() > 10);
-  CHECK(r.ms_after_signal < 1000);  // the step in flight, the JSON, and process teardown
+                                    "--ignore-eos"},
+                                   "", SIGINT, [](const std::string& out, const std::string&) { return out.size() > 500; });
+  CAPTURE(r.err, r.ms_after_signal);
+  REQUIRE(r.code == 130);  // interrupted, as shells report Ctrl-C; the answer so far is printed
+  REQUIRE_THAT(r.err, Catch::Contains("stop: cancelled"));
+  CHECK(r.out.size() > 500);
+  CHECK(r.ms_after_signal < 1000);  // the step in flight, the summary, and process teardown
 }
 
 TEST_CASE("Ctrl-C stops a chat answer and the chat goes on", "[cli][signal]") {
