@@ -63,6 +63,10 @@ void Session::rebuild() {
   }
 }
 
+int64_t Session::positions_left() const {
+  return m_model->config.max_position_embeddings - static_cast<int64_t>(m_ids.size());
+}
+
 at::Tensor Session::embeds_of(const Stored& s) const {
   at::Tensor e = m_model->decoder->embed(at::tensor(std::vector<int64_t>(s.ids.begin(), s.ids.end()), at::kLong));
   if (s.image_embeds.defined()) {
@@ -77,11 +81,9 @@ at::Tensor Session::embeds_of(const Stored& s) const {
 at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel) {
   const int64_t n = static_cast<int64_t>(seg.ids.size());
   TRIMKV_ASSERT(seg.infos.size() == seg.ids.size() && (seg.rope.empty() || seg.rope.size() == seg.ids.size()));
-  const int64_t limit = m_model->config.max_position_embeddings;
-  TRIMKV_CHECK(static_cast<int64_t>(m_ids.size()) + n <= limit, Input, "this turn needs ", n,
-               " positions but only ", limit - static_cast<int64_t>(m_ids.size()),
-               " of the context (max_position_embeddings = ", limit, " of model '", m_model->dir,
-               "') are left: reset the conversation");
+  TRIMKV_CHECK(n <= positions_left(), Input, "this turn needs ", n, " positions but only ", positions_left(),
+               " of the context (max_position_embeddings = ", m_model->config.max_position_embeddings,
+               " of model '", m_model->dir, "') are left: reset the conversation");
   Stored s;
   s.ids = seg.ids;
   s.infos = seg.infos;
@@ -233,8 +235,7 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
     rest.insert(rest.end(), close.begin(), close.end());
     // An answer stopped by the position limit (context_full) leaves no room to close it: the
     // conversation is full; its next turn is refused naming the limit (reset, or roll back).
-    const bool fits = static_cast<int64_t>(m_ids.size() + rest.size()) <= m_model->config.max_position_embeddings;
-    if (!rest.empty() && fits) {
+    if (!rest.empty() && static_cast<int64_t>(rest.size()) <= positions_left()) {
       StreamSegment seg;
       seg.ids = rest;
       seg.infos.assign(rest.size(), TokenInfo{});

@@ -84,7 +84,8 @@ class KvBookkeeping {
   std::vector<int32_t> append(int il, const std::vector<int32_t>& token_indices,
                               const std::vector<float>& log_beta = {});
   // Keeps exactly the entries the plan lists, in the listed order (kept entry keep[j] becomes
-  // entry j; with Compaction::kFillFromTail the set is kept but maybe not the order), and returns the blocks no longer used to the pool. Each head is compacted toward
+  // entry j; with Compaction::kFillFromTail the set is kept but maybe not the order), and
+  // returns the blocks no longer used to the pool. Each head is compacted toward
   // the front of its rows (the tail blocks are freed) or, when that moves fewer rows and holds no
   // more blocks, toward the end (the head's first row moves on and the leading blocks are
   // freed), so evicting the oldest entries moves no row at all. The plan is validated first

@@ -178,6 +178,7 @@ class Session {
   // Prefills `seg` as message `turn`; on any error rolls back and rethrows. Returns [vocab].
   at::Tensor append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel);
   void rebuild();  // cache := the stored segments
+  int64_t positions_left() const;  // max_position_embeddings - positions used: what append() accepts
   at::Tensor embeds_of(const Stored& s) const;  // [n, hidden_size]: ids embedded, image rows filled
   // Generates the answer to the pending prompt; on failure the cache is rolled back to the mark
   // before the answer and the prompt stays pending.
