@@ -1,4 +1,5 @@
 // `trimkv make-world`: writes a split of the synthetic visual world (JSONL + PNGs).
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -37,9 +38,9 @@ int cmd_make_world(int argc, char** argv, int first) {
       ranged_int("max-images", "K", "images per conversation: 1..K (default 8)", 1, w::kMaxImagesLimit),
       ranged_int("max-turns", "T", "user turns per conversation: 1..T (default 6)", 1, w::kMaxTurnsLimit),
       ranged_int("max-objects", "M", "objects per image: 1..M (default 6)", 1, w::kMaxObjectsLimit),
-      ranged_int("image-size", "PX",
-                 "image side in pixels (default 96; smaller images would draw the small objects under 14 px)",
-                 w::kMinImageSize, w::kMaxImageSize),
+      {"image-size", "PX|MIN-MAX",
+       "image side in pixels, one size or a range drawn per image (about log-uniformly; default 48-400, " +
+           std::to_string(w::kMinImageSize) + ".." + std::to_string(w::kMaxImageSize) + ")"},
       {"quiet", "", "no progress on stderr"},
       {"help", "", "show this help"},
   };
@@ -62,7 +63,22 @@ int cmd_make_world(int argc, char** argv, int first) {
     throw UsageError(std::string("option '--split': ") + e.what());
   }
   w::WorldOptions options;
-  options.image_size = args.get_int("image-size", options.image_size);
+  if (args.has("image-size")) {
+    const std::string v = args.get("image-size", "");
+    const size_t dash = v.find('-');
+    auto side = [&](const std::string& text) {
+      char* end = nullptr;
+      const long n = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end != '\0' || n < w::kMinImageSize || n > w::kMaxImageSize)
+        throw UsageError("option '--image-size': '" + v + "' is not a side (or MIN-MAX) in " +
+                         std::to_string(w::kMinImageSize) + ".." + std::to_string(w::kMaxImageSize));
+      return static_cast<int>(n);
+    };
+    options.min_image_size = side(v.substr(0, dash));
+    options.max_image_size = dash == std::string::npos ? options.min_image_size : side(v.substr(dash + 1));
+    if (options.max_image_size < options.min_image_size)
+      throw UsageError("option '--image-size': '" + v + "': MIN is larger than MAX");
+  }
   options.max_images = args.get_int("max-images", options.max_images);
   options.max_turns = args.get_int("max-turns", options.max_turns);
   options.max_objects = args.get_int("max-objects", options.max_objects);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +35,20 @@ TEST_CASE("trimkv make-world writes a reproducible split and train-tokenizer tra
   CHECK(std::count(jsonl.begin(), jsonl.end(), '\n') == 5);
   CHECK(std::filesystem::is_regular_file(a.file("images/val/000000_1.png")));
   CHECK_THAT(jsonl, Catch::Contains("\"size\":80"));
+  // A range: every side within it, drawn per image.
+  const WorldRun ranged = run_world_cli({"make-world", "--out", a.file("ranged"), "--n", "20", "--seed", "9",
+                                         "--image-size", "60-70", "--quiet"});
+  REQUIRE(ranged.code == 0);
+  std::set<int> sides;
+  std::istringstream lines(trimkv::test::read_bytes(a.file("ranged/train.jsonl")));
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json c = nlohmann::json::parse(line);
+    for (const auto& s : c.at("scenes")) sides.insert(s.at("size").get<int>());
+  }
+  REQUIRE(!sides.empty());
+  CHECK(*sides.begin() >= 60);
+  CHECK(*sides.rbegin() <= 70);
+  CHECK(sides.size() >= 5);
 
   const WorldRun t = run_world_cli({"train-tokenizer", "--data", a.file("val.jsonl"), b.file("val.jsonl"),
                                     "--vocab-size", "400", "--out", a.file("tokenizer.json")});
@@ -50,8 +65,9 @@ TEST_CASE("trimkv make-world and train-tokenizer reject bad input naming the opt
   const std::string out = dir.file("w");
   require_error_naming(run_world_cli({"make-world", "--out", out, "--n", "0", "--seed", "1"}), "--n");
   require_error_naming(run_world_cli({"make-world", "--out", out, "--n", "-3", "--seed", "1"}), "--n");
-  require_error_naming(run_world_cli({"make-world", "--out", out, "--n", "2", "--seed", "1", "--image-size", "32"}),
-                       "--image-size");
+  for (const char* bad : {"20", "300-100", "64-2000", "abc", "64-", ""})
+    require_error_naming(run_world_cli({"make-world", "--out", out, "--n", "2", "--seed", "1", "--image-size", bad}),
+                         "--image-size");
   require_error_naming(run_world_cli({"make-world", "--out", out, "--n", "2", "--seed", "1", "--max-images", "9"}),
                        "--max-images");
   require_error_naming(run_world_cli({"make-world", "--out", out, "--n", "2", "--seed", "-1"}), "--seed");

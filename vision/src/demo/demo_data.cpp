@@ -20,7 +20,7 @@ DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefic
   m_image_edge_id = tok.token_to_id(kIdefics3FakeImageToken);
   m_global_id = tok.token_to_id(kIdefics3GlobalImageToken);
   TRIMKV_CHECK(m_image_id >= 0, Config, "the demo tokenizer lacks '", kImagePlaceholder, "'");
-  m_close = tok.encode(smolvlm_chat_format().answer_close({{"user", {ContentPart::text_part("?")}}}), false);
+  m_close = tok.encode(demo_chat_format().answer_close({{"user", {ContentPart::text_part("?")}}}), false);
 }
 
 at::Tensor DemoData::scene_pixels(const world::Scene& scene) const {
@@ -53,32 +53,18 @@ at::Tensor DemoData::scene_targets(const world::Scene& scene) const {
   return t;
 }
 
-namespace {
-
-// Whether the drawn object covers point (x, y) (circle: the disc; polygons: even-odd rule).
-bool covers(const world::Object& o, double x, double y) {
-  const auto poly = world::object_polygon(o);
-  if (poly.empty()) return (x - o.cx) * (x - o.cx) + (y - o.cy) * (y - o.cy) <= o.radius * o.radius;
-  bool inside = false;
-  for (size_t i = 0, j = poly.size() - 1; i < poly.size(); j = i++) {
-    const double xi = poly[i][0], yi = poly[i][1], xj = poly[j][0], yj = poly[j][1];
-    if ((yi > y) != (yj > y) && x < (xj - xi) * (y - yi) / (yj - yi) + xi) inside = !inside;
-  }
-  return inside;
-}
-
-}  // namespace
-
 at::Tensor DemoData::scene_patch_targets(const world::Scene& scene) const {
   const int64_t g = m_size.image_size / m_size.patch_size;
   at::Tensor t = at::zeros({g * g, 2}, at::kLong);
   auto acc = t.accessor<int64_t, 2>();
   const double cell = static_cast<double>(scene.image_size) / static_cast<double>(g);
+  std::vector<std::vector<std::array<double, 2>>> polygons;
+  for (const world::Object& o : scene.objects) polygons.push_back(world::object_polygon(o));
   for (int64_t r = 0; r < g; ++r)
     for (int64_t c = 0; c < g; ++c) {
       const double x = (c + 0.5) * cell - 0.5, y = (r + 0.5) * cell - 0.5;
-      for (const world::Object& o : scene.objects)
-        if (covers(o, x, y)) {
+      for (size_t i = 0; i < scene.objects.size(); ++i)
+        if (const world::Object& o = scene.objects[i]; world::shape_covers(o, polygons[i], x, y)) {
           acc[r * g + c][0] = 1 + static_cast<int64_t>(o.color);
           acc[r * g + c][1] = 1 + static_cast<int64_t>(o.shape);
           break;
@@ -244,7 +230,7 @@ DemoSequence DemoData::layout(const world::Conversation& conv, Images& images) c
   seq.n_scene_images = static_cast<int>(conv.scenes.size());
   add_images(conv.scenes, images);
   const std::string image_prompt = idefics3_image_prompt(0, 0, static_cast<int>(m_seq));
-  const ChatFormat& format = smolvlm_chat_format();  // what the demo model ships
+  const ChatFormat& format = demo_chat_format();  // what the demo model ships
   std::vector<Message> history;
   for (size_t k = 0; k < conv.turns.size(); ++k) {
     const world::Turn& turn = conv.turns[k];

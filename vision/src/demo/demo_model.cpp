@@ -129,7 +129,7 @@ void write_demo_side_files(const std::string& dir, const DemoModelSize& z, const
                         {"extra_special_tokens", {"<fake_token_around_image>", "<image>", "<end_of_utterance>"}},
                         {"model_max_length", 16384}};
   write_text((fs::path(dir) / "tokenizer_config.json").string(), tok_cfg.dump(2) + "\n");
-  write_text((fs::path(dir) / "chat_template.jinja").string(), kSmolVlmChatTemplate);
+  write_text((fs::path(dir) / "chat_template.jinja").string(), kDemoChatTemplate);
 }
 
 DemoModel make_demo_model(const std::string& config_path, uint64_t seed) {

@@ -321,7 +321,6 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   if (o.resume && !resuming) say("no checkpoint in '" + train_dir.string() + "': starting from the beginning");
 
   world::WorldOptions wopt;
-  wopt.image_size = o.size.image_size;
   world::TrainingExtras extras;
   extras.max_extra_turns = o.max_extra_turns;
   extras.describe_probability = o.describe_probability;

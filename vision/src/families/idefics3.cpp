@@ -463,6 +463,19 @@ const ChatFormat& smolvlm_chat_format() {
   return kFormat;
 }
 
+const char* const kDemoChatTemplate =
+    "<|im_start|>{% set ns = namespace(images=0) %}{% for message in messages %}{{ message['role'] | capitalize "
+    "}}: {% for line in message['content'] %}{% if line['type'] == 'text' %}{{ line['text'] }}{% elif "
+    "line['type'] == 'image' %}{% set ns.images = ns.images + 1 %}{{ 'Image ' ~ ns.images ~ ':<image>' }}{% "
+    "endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% "
+    "endif %}";
+
+const ChatFormat& demo_chat_format() {
+  static const ChatFormat kFormat(ChatTemplate::from_source(kDemoChatTemplate, "the demo model's chat template"),
+                                  ContentStyle::Parts);
+  return kFormat;
+}
+
 const VlmFamily& idefics3_family() {
   static const VlmFamily kFamily{
       "idefics3",

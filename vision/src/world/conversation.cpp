@@ -35,7 +35,10 @@ QuestionAnswer turn_question(Rng& rng, const std::vector<Scene>& scenes, const s
                                                        : static_cast<int>(rng.index(n_shown));
       qa = single_image_question(rng, scenes[k]);
       qa.text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(qa.text[0])));
-      qa.text = "In image " + std::to_string(k + 1) + ", " + qa.text;
+      static const std::vector<const char*> kPrefixes = {"In image ", "In image ", "In image ", "Looking at image ",
+                                                         "For image "};
+      const std::string number = std::to_string(k + 1);
+      qa.text = rng.pick(kPrefixes) + number + (rng.bernoulli(0.8) ? ", " : " ") + qa.text;
       qa.type = "in_image_" + qa.type;
       qa.about = {k};
       return qa;
@@ -43,6 +46,21 @@ QuestionAnswer turn_question(Rng& rng, const std::vector<Scene>& scenes, const s
     if (multi_image_question(rng, scenes, n_shown, qa)) return qa;
     weights[kMulti] = 0;
   }
+}
+
+// How a person might type the question: the first letter lowercase one time in five; the final
+// "?" or "." dropped one time in six, or spaced or doubled now and then.
+std::string typed(Rng& rng, std::string text) {
+  if (rng.bernoulli(0.2)) text[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(text[0])));
+  const double u = rng.uniform01();
+  if (u < 1.0 / 6) {
+    text.pop_back();
+  } else if (u < 0.22 && text.back() == '?') {
+    text.insert(text.size() - 1, " ");
+  } else if (u < 0.26) {
+    text.push_back(text.back());
+  }
+  return text;
 }
 
 }  // namespace
@@ -80,9 +98,10 @@ Conversation make_conversation(uint64_t seed, Split split, int64_t index, const 
     const int n_before = n_shown;
     for (int i = 0; i < per_turn[t]; ++i) turn.new_images.push_back(n_shown++);
     const QuestionAnswer qa = turn_question(rng, conv.scenes, turn.new_images, n_before, n_shown);
-    // Each image is labelled with its number, so that "image k" can be found by reading.
-    for (int k : turn.new_images) turn.text += image_label(k) + kImageToken;
-    turn.text += qa.text;
+    // Bare placeholders (the chat template numbers the images), or now and then a label the
+    // user typed as well.
+    for (int k : turn.new_images) turn.text += (rng.bernoulli(0.2) ? image_label(k) : std::string()) + kImageToken;
+    turn.text += typed(rng, qa.text);
     turn.answer = qa.answer;
     turn.type = qa.type;
     turn.about = qa.about;
@@ -130,7 +149,7 @@ Conversation make_training_conversation(uint64_t seed, int64_t index, const Worl
       turn.about = {k};
     } else {
       const QuestionAnswer qa = turn_question(rng, conv.scenes, {}, n, n);
-      turn.text = qa.text;
+      turn.text = typed(rng, qa.text);
       turn.answer = qa.answer;
       turn.type = qa.type;
       turn.about = qa.about;
@@ -153,21 +172,34 @@ std::string conversation_json(const Conversation& conv, const std::vector<std::s
   ojson scenes = ojson::array();
   for (const Scene& s : conv.scenes) {
     ojson objects = ojson::array();
-    for (const Object& o : s.objects)
-      objects.push_back({{"shape", shape_name(o.shape)},
-                         {"color", color_name(o.color)},
-                         {"size", size_name(o.size)},
-                         {"center", {o.cx, o.cy}},
-                         {"radius", o.radius},
-                         {"bbox", {o.bbox[0], o.bbox[1], o.bbox[2], o.bbox[3]}}});
+    for (const Object& o : s.objects) {
+      ojson object = {{"shape", shape_name(o.shape)},
+                      {"color", color_name(o.color)},
+                      {"size", size_name(o.size)},
+                      {"rgb", {o.rgb[0], o.rgb[1], o.rgb[2]}},
+                      {"center", {o.cx, o.cy}},
+                      {"radius", o.radius},
+                      {"rotation", o.rotation * kRotationStep},
+                      {"bbox", {o.bbox[0], o.bbox[1], o.bbox[2], o.bbox[3]}}};
+      if (o.outline > 0) {
+        object["outline"] = o.outline;
+        object["outline_rgb"] = {o.outline_rgb[0], o.outline_rgb[1], o.outline_rgb[2]};
+      }
+      objects.push_back(object);
+    }
     ojson scene = {{"size", s.image_size},
+                   {"renderer", renderer_name(s.renderer)},
+                   {"antialias", s.antialias},
                    {"background", background_name(s.background)},
                    {"bg_rgb", {s.bg_rgb[0], s.bg_rgb[1], s.bg_rgb[2]}}};
     if (s.background == Background::Gradient) {
       scene["bg_rgb2"] = {s.bg_rgb2[0], s.bg_rgb2[1], s.bg_rgb2[2]};
-      scene["gradient"] = s.gradient_vertical ? "vertical" : "horizontal";
+      scene["gradient_direction"] = s.gradient_direction * 22.5;
     }
-    if (s.background == Background::Noise) scene["texture_seed"] = s.texture_seed;
+    if (s.background == Background::Noise || s.background == Background::Texture) {
+      scene["amplitude"] = s.noise_amplitude;
+      scene["texture_seed"] = s.texture_seed;
+    }
     scene["objects"] = objects;
     scenes.push_back(scene);
   }
@@ -182,7 +214,7 @@ std::string chat_text(const std::vector<std::pair<std::string, std::string>>& tu
     messages.push_back({"user", content_from_prompt(user, std::vector<std::string>(count_image_placeholders(user)))});
     messages.push_back({"assistant", {ContentPart::text_part(answer)}});
   }
-  return smolvlm_chat_format().chat_template().render(messages, false, ContentStyle::Parts);
+  return demo_chat_format().chat_template().render(messages, false, ContentStyle::Parts);
 }
 
 std::vector<std::string> chat_texts_from_jsonl(const std::string& path) {

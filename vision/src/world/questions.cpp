@@ -1,4 +1,5 @@
-// Question templates. Each is asked only when its answer is well defined for the scene(s):
+// Question templates, each with a few paraphrases. Each is asked only when its answer is well
+// defined for the scene(s):
 // "the {shape}" needs that shape to be unique, "the {color} {shape}" that combination,
 // positions keep a margin from the midlines, "which image has more" needs a unique maximum, and
 // totals over all images stay single digits.
@@ -30,6 +31,19 @@ struct Counts {
 };
 
 std::string the(const Object& o) { return std::string(color_name(o.color)) + " " + shape_name(o.shape); }
+
+// A question's wording: the first template (the issue-6 grammar) 60% of the time, otherwise
+// one of its paraphrases, with "{key}" replaced by the values.
+std::string phrase(Rng& rng, const std::vector<const char*>& templates,
+                   const std::vector<std::pair<const char*, std::string>>& values) {
+  std::string text = templates.size() > 1 && rng.bernoulli(0.4)
+                         ? templates[1 + rng.index(templates.size() - 1)]
+                         : templates.front();
+  for (const auto& [key, value] : values)
+    for (size_t at = text.find(key); at != std::string::npos; at = text.find(key, at + value.size()))
+      text.replace(at, std::string(key).size(), value);
+  return text;
+}
 Subject subject(const Object& o) { return {static_cast<int>(o.color), static_cast<int>(o.shape)}; }
 
 // A shape (or colour) index: with probability 3/4 one present in the scene, else any.
@@ -57,7 +71,10 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
       if (counts.shape[static_cast<int>(o.shape)] == 1) unique.push_back(&o);
     if (unique.empty()) return false;
     const Object& o = *rng.pick(unique);
-    qa.text = std::string("What color is the ") + shape_name(o.shape) + "?";
+    qa.text = phrase(rng,
+                     {"What color is the {shape}?", "What colour is the {shape}?", "Which color is the {shape}?",
+                      "What is the color of the {shape}?", "Tell me the color of the {shape}."},
+                     {{"{shape}", shape_name(o.shape)}});
     qa.subjects = {{-1, static_cast<int>(o.shape)}};
     qa.answer = color_name(o.color);
     return true;
@@ -68,21 +85,32 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
       if (counts.color[static_cast<int>(o.color)] == 1) unique.push_back(&o);
     if (unique.empty()) return false;
     const Object& o = *rng.pick(unique);
-    qa.text = std::string("What shape is the ") + color_name(o.color) + " object?";
+    qa.text = phrase(rng,
+                     {"What shape is the {color} object?", "What shape is the {color} one?",
+                      "Which shape is {color}?", "What is the shape of the {color} object?",
+                      "Name the shape of the {color} object."},
+                     {{"{color}", color_name(o.color)}});
     qa.subjects = {{static_cast<int>(o.color), -1}};
     qa.answer = shape_name(o.shape);
     return true;
   }
   if (type == "count_shape") {
     const int s = count_subject(rng, counts.shape);
-    qa.text = std::string("How many ") + shape_plural(static_cast<Shape>(s)) + " are there?";
+    qa.text = phrase(rng,
+                     {"How many {shapes} are there?", "How many {shapes} do you see?", "Count the {shapes}.",
+                      "What is the number of {shapes}?", "How many {shapes} are shown?"},
+                     {{"{shapes}", shape_plural(static_cast<Shape>(s))}});
     qa.subjects = {{-1, s}};
     qa.answer = std::to_string(counts.shape[s]);
     return true;
   }
   if (type == "count_color") {
     const int c = count_subject(rng, counts.color);
-    qa.text = std::string("How many ") + color_name(static_cast<Color>(c)) + " objects are there?";
+    qa.text = phrase(rng,
+                     {"How many {color} objects are there?", "How many {color} shapes are there?",
+                      "How many {color} things do you see?", "Count the {color} objects.",
+                      "What is the number of {color} objects?"},
+                     {{"{color}", color_name(static_cast<Color>(c))}});
     qa.subjects = {{c, -1}};
     qa.answer = std::to_string(counts.color[c]);
     return true;
@@ -103,7 +131,10 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
       color = static_cast<Color>(c);
       shape = static_cast<Shape>(s);
     }
-    qa.text = std::string("Is there a ") + color_name(color) + " " + shape_name(shape) + "?";
+    qa.text = phrase(rng,
+                     {"Is there a {color} {shape}?", "Do you see a {color} {shape}?", "Is a {color} {shape} present?",
+                      "Can you find a {color} {shape}?", "Is there any {color} {shape}?"},
+                     {{"{color}", color_name(color)}, {"{shape}", shape_name(shape)}});
     qa.subjects = {{static_cast<int>(color), static_cast<int>(shape)}};
     qa.answer = counts.combo[static_cast<int>(color)][static_cast<int>(shape)] > 0 ? "yes" : "no";
     return true;
@@ -117,7 +148,10 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
         clear.push_back(&o);
     if (clear.empty()) return false;
     const Object& o = *rng.pick(clear);
-    qa.text = "Where is the " + the(o) + "?";
+    qa.text = phrase(rng,
+                     {"Where is the {object}?", "Where's the {object}?", "In which corner is the {object}?",
+                      "Which quadrant is the {object} in?", "Where is the {object} located?"},
+                     {{"{object}", the(o)}});
     qa.subjects = {subject(o)};
     qa.answer = std::string(o.cy < mid ? "top" : "bottom") + (o.cx < mid ? " left" : " right");
     return true;
@@ -130,7 +164,10 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
           pairs.emplace_back(&a, &b);
     if (pairs.empty()) return false;
     const auto [a, b] = rng.pick(pairs);
-    qa.text = "Is the " + the(*a) + " left of the " + the(*b) + "?";
+    qa.text = phrase(rng,
+                     {"Is the {a} left of the {b}?", "Is the {a} to the left of the {b}?",
+                      "Is the {a} on the left of the {b}?", "Is the {a} further left than the {b}?"},
+                     {{"{a}", the(*a)}, {"{b}", the(*b)}});
     qa.subjects = {subject(*a), subject(*b)};
     qa.answer = a->cx < b->cx ? "yes" : "no";
     return true;
@@ -200,7 +237,10 @@ bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_show
   qa.type = rng.pick(types);
   if (qa.type == "more_shape") {
     const size_t i = rng.index(more.size());
-    qa.text = std::string("Which image has more ") + shape_plural(static_cast<Shape>(more[i])) + "?";
+    qa.text = phrase(rng,
+                     {"Which image has more {shapes}?", "Which image has the most {shapes}?",
+                      "Which picture has more {shapes}?", "Which image contains more {shapes}?"},
+                     {{"{shapes}", shape_plural(static_cast<Shape>(more[i]))}});
     qa.subjects = {{-1, more[i]}};
     qa.answer = "image " + std::to_string(more_image[i] + 1);
   } else {
@@ -208,7 +248,11 @@ bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_show
     for (int s : totals)
       if (total[s] > 0) present.push_back(s);
     const int s = !present.empty() && rng.bernoulli(0.75) ? rng.pick(present) : rng.pick(totals);
-    qa.text = std::string("How many ") + shape_plural(static_cast<Shape>(s)) + " are there in all images?";
+    qa.text = phrase(rng,
+                     {"How many {shapes} are there in all images?", "How many {shapes} are there in total?",
+                      "How many {shapes} are in all the images?", "Count the {shapes} in all images.",
+                      "How many {shapes} do all the images have together?"},
+                     {{"{shapes}", shape_plural(static_cast<Shape>(s))}});
     qa.subjects = {{-1, s}};
     qa.answer = std::to_string(total[s]);
   }

@@ -12,7 +12,7 @@
 namespace trimkv::vision::world {
 namespace {
 
-constexpr const char* kGenerator = "trimkv-world/1";
+constexpr const char* kGenerator = "trimkv-world/2";
 
 void write_png(const std::string& path, const Scene& scene) {
   const std::vector<uint8_t> rgb = render_scene(scene);
@@ -65,7 +65,8 @@ WorldFiles write_world(const std::string& out_dir, Split split, uint64_t seed, i
       {"seed", seed},
       {"split_seed", split_seed(seed, split)},
       {"options",
-       {{"image_size", options.image_size},
+       {{"min_image_size", options.min_image_size},
+        {"max_image_size", options.max_image_size},
         {"max_images", options.max_images},
         {"max_turns", options.max_turns},
         {"max_objects", options.max_objects}}},

@@ -64,7 +64,7 @@ struct DemoTrainOptions {
   // 0.842 over its last 1,400 steps), so it gets the time; chat-short only brings short
   // conversations up first (2,000 instead of 1,200 steps gave the same validation at its end).
   DemoStage chat_short{1200, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
-  DemoStage chat{4200, 8, 1.5e-3, 8};
+  DemoStage chat{5000, 8, 1.5e-3, 8};
   double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
   int64_t warmup = 50;
   double weight_decay = 0.01;

@@ -73,6 +73,13 @@ extern const char* const kSmolVlmChatTemplate;
 // kSmolVlmChatTemplate as a ChatFormat (content as parts), parsed once.
 const ChatFormat& smolvlm_chat_format();
 
+// The demo model's chat template: SmolVLM's layout ("Role: " + contents + "<end_of_utterance>\n")
+// with each image numbered as it comes, "Image k:<image>" (k counts over the whole
+// conversation), so that a user attaches pictures without labelling them and still asks about
+// "image 2". What the demo model is trained on and ships.
+extern const char* const kDemoChatTemplate;
+const ChatFormat& demo_chat_format();
+
 // The marker around each image's tokens, and the one before a global (whole-image) tile.
 inline constexpr const char* kIdefics3FakeImageToken = "<fake_token_around_image>";
 inline constexpr const char* kIdefics3GlobalImageToken = "<global-img>";

@@ -22,7 +22,11 @@ namespace trimkv::vision::world {
 enum class Shape : uint8_t { Circle, Square, Triangle, Star };
 enum class Color : uint8_t { Red, Green, Blue, Yellow, Purple, Orange };
 enum class ObjectSize : uint8_t { Small, Large };
-enum class Background : uint8_t { Plain, Noise, Gradient };
+enum class Background : uint8_t { Plain, Noise, Gradient, Texture };
+// How a scene is drawn: OpenCV's fixed-point rasteriser (cv::circle / fillPoly / polylines), or
+// our own supersampled coverage fill (4x4 samples a pixel when anti-aliased, the pixel centre
+// when not). Two independent ways to draw, so that the model does not learn one renderer's edges.
+enum class Renderer : uint8_t { OpenCv, Supersample };
 enum class Split : uint8_t { Train, Val, Test };
 
 // The image placeholder of turn texts (the same as core's kImagePlaceholder).
@@ -36,14 +40,29 @@ const char* shape_name(Shape shape);     // "circle"
 const char* shape_plural(Shape shape);   // "circles"
 const char* color_name(Color color);     // "red"
 const char* size_name(ObjectSize size);  // "small" / "large"
-const char* background_name(Background background);  // "plain" / "noise" / "gradient"
+const char* background_name(Background background);  // "plain" / "noise" / "gradient" / "texture"
+const char* renderer_name(Renderer renderer);         // "opencv" / "supersample"
 const char* split_name(Split split);     // "train" / "val" / "test"
-std::array<uint8_t, 3> color_rgb(Color color);  // the fixed fill colour (R, G, B)
 // "train" | "val" | "test" (also "validation"); Error{Input} otherwise.
 Split parse_split(const std::string& name);
 
+// The colours a name covers, in HSV (hue in degrees, saturation and value in [0, 1]); each
+// object's fill is drawn uniformly from its name's box. The hue ranges are far enough apart that
+// every colour keeps its name (red 350-10, orange 22-38, yellow 48-60, green 95-150, blue
+// 205-245, purple 265-300), and every fill is saturated (>= 0.6) while backgrounds are nearly
+// grey (saturation <= 0.12), so an object never disappears into its background.
+struct ColorRange {
+  double hue_lo, hue_hi;  // hue_lo > hue_hi wraps through 0 (red)
+  double sat_lo, sat_hi;
+  double val_lo, val_hi;
+};
+ColorRange color_range(Color color);
+// HSV (h in degrees, any value; s, v in [0, 1]) to RGB8, rounded: plain arithmetic, the same on
+// every platform.
+std::array<uint8_t, 3> hsv_to_rgb(double h, double s, double v);
+
 // Limits of the options (the CLI checks against them and names its option).
-inline constexpr int kMinImageSize = 64;   // smaller images make the small objects < 14 px
+inline constexpr int kMinImageSize = 32;
 inline constexpr int kMaxImageSize = 1024;
 inline constexpr int kMaxImagesLimit = 8;  // images per conversation
 inline constexpr int kMaxTurnsLimit = 6;   // user turns per conversation
@@ -51,43 +70,59 @@ inline constexpr int kMaxObjectsLimit = 6; // objects per image
 inline constexpr uint64_t kMaxSeed = (uint64_t{1} << 62) - 1;  // see split_seed()
 
 struct WorldOptions {
-  int image_size = 96;   // square images, kMinImageSize..kMaxImageSize
+  // Square images whose side is drawn per image, log-uniformly in [min_image_size,
+  // max_image_size] (kMinImageSize..kMaxImageSize); the model's processor resizes them, as it
+  // does any user image. min = max gives one size.
+  int min_image_size = 48;
+  int max_image_size = 400;
   int max_images = 8;    // images per conversation: uniform in 1..max_images
   int max_turns = 6;     // user turns per conversation: uniform in 1..max_turns
   int max_objects = 6;   // objects per image: uniform in 1..max_objects
 };
-// Error{Input} naming the field ("image_size", ...) and its allowed range.
+// Error{Input} naming the field ("min_image_size", ...) and its allowed range.
 void validate(const WorldOptions& options);
 
-// Nominal radius r of an object size for an image of side `image_size` (a multiple of 1/4 px):
-// small 0.11 S, large 0.16 S (10.5 and 15.25 px at 96: circles 21 and 31 px wide, i.e. 2.6 and
-// 3.8 patches of 8 px; see shared/NOTES-demo-training.md). Shapes are drawn inside a bounding
-// circle of radius r * k: circle k = 1, square (side 1.72 r) 1.216, triangle (equilateral,
-// apex up, centroid at the centre) 1.35, star (5 points, inner radius half the outer) 1.3.
-double nominal_radius(ObjectSize size, int image_size);
+// The range of an object's bounding-circle radius for an image of side `image_size`: the one
+// that makes the shape (unrotated) 8-18% of the side wide when small, 22-40% when large, and at
+// least 4 px. Each object's radius is drawn uniformly from its range, on the 1/4-pixel grid.
+std::array<double, 2> radius_range(Shape shape, ObjectSize size, int image_size);
+// Shapes are drawn inside their bounding circle: a circle fills it; a square's corners, a
+// triangle's (equilateral, apex up before rotation, centroid at the centre) and a star's outer
+// points (5 points, inner radius half the outer) lie on it. bounding_factor() is the ratio of
+// that radius to the shape's nominal radius (square half-side 0.86 / 1.216 of it, ...).
 double bounding_factor(Shape shape);
 // Smallest gap between two objects' bounding circles: max(2, 0.03 S) px.
 double object_gap(int image_size);
 // An object's centre must be at least this far from the image's midlines for a "Where is"
 // question (max(2, 0.04 S) px) and two centres this far apart horizontally for "left of".
 double position_margin(int image_size);
+// Polygon rotations are multiples of kRotationStep degrees within +-kMaxRotationSteps steps.
+inline constexpr double kRotationStep = 2.5;
+inline constexpr int kMaxRotationSteps = 8;  // +-20 degrees
 
 struct Object {
   Shape shape = Shape::Circle;
   Color color = Color::Red;
   ObjectSize size = ObjectSize::Small;
+  std::array<uint8_t, 3> rgb{};  // the fill, drawn from color_range(color)
   double cx = 0, cy = 0;        // centre (a circle's centre, a polygon's centroid)
-  double radius = 0;            // bounding-circle radius = nominal_radius * bounding_factor
+  double radius = 0;            // bounding-circle radius
+  int rotation = 0;             // polygons: kRotationStep degrees a step, clockwise on screen
+  int outline = 0;              // outline width in px (0: none)
+  std::array<uint8_t, 3> outline_rgb{};
   std::array<int, 4> bbox{};    // [x0, y0, x1, y1]: inclusive pixel bounds of the drawn shape
 };
 
 struct Scene {
   int image_size = 96;
   Background background = Background::Plain;
-  std::array<uint8_t, 3> bg_rgb{};   // plain colour; noise mean; gradient start
+  std::array<uint8_t, 3> bg_rgb{};   // plain colour; noise and texture mean; gradient start
   std::array<uint8_t, 3> bg_rgb2{};  // gradient end (equal to bg_rgb otherwise)
-  bool gradient_vertical = false;    // gradient along y (else along x)
-  uint64_t texture_seed = 0;         // the noise texture's stream
+  int gradient_direction = 0;        // gradient: 22.5 degrees a step (0: left to right, 4: top down)
+  int noise_amplitude = 0;           // noise / texture: +- grey levels
+  uint64_t texture_seed = 0;         // the noise / texture stream
+  Renderer renderer = Renderer::OpenCv;
+  bool antialias = true;
   std::vector<Object> objects;       // 1..max_objects, pairwise non-overlapping
 };
 
@@ -95,8 +130,12 @@ struct Scene {
 std::vector<uint8_t> render_scene(const Scene& scene);
 
 // The vertices of a polygonal object (square, triangle, star) in pixel coordinates, in drawing
-// order; empty for a circle.
+// order, rotated; empty for a circle.
 std::vector<std::array<double, 2>> object_polygon(const Object& object);
+// Whether the drawn object covers point (x, y) (circle: the disc; polygons: even-odd rule).
+bool object_covers(const Object& object, double x, double y);
+// The same with the object's polygon (object_polygon(object)) computed once by the caller.
+bool shape_covers(const Object& object, const std::vector<std::array<double, 2>>& polygon, double x, double y);
 
 // An attribute filter a question names ("the red square": colour and shape; "the squares": shape
 // only); -1 = any. The objects of a turn's `about` images that pass it are what the answer is
@@ -110,7 +149,7 @@ struct Subject {
 };
 
 struct Turn {
-  std::string text;    // the user's text: "Image k:<image>" per image it shows, then the question
+  std::string text;    // the user's text: "<image>" per image it shows (sometimes labelled), then the question
   std::string answer;  // one lowercase word, a digit, "top left"-style, or "image {k}"
   std::string type;    // question type, e.g. "color_of_shape", "in_image_count_shape", "more_shape"
   std::vector<int> new_images;  // 0-based indices (into Conversation::scenes) shown in this turn
@@ -124,7 +163,8 @@ struct Conversation {
   std::vector<Turn> turns;
 };
 
-// The label written before the placeholder of image k (0-based): "Image {k+1}:".
+// The label of image k (0-based): "Image {k+1}:". The demo model's chat template writes it
+// before each image; users' texts carry bare placeholders (sometimes a label of their own).
 std::string image_label(int k);
 
 // The seed of a split's stream: 4 * seed + split, injective for seed <= kMaxSeed, so the seeds
@@ -174,10 +214,9 @@ WorldFiles write_world(const std::string& out_dir, Split split, uint64_t seed, i
 
 // --- text for tokenizer training ---------------------------------------------------------------
 
-// The SmolVLM chat template (kSmolVlmChatTemplate, which the demo model ships) rendered on
-// question/answer turns, as the model sees them: "<|im_start|>" once, then per turn
-// "User:" (": " unless the text starts with "<image>") + text + "<end_of_utterance>\n" +
-// "Assistant: " + answer + "<end_of_utterance>\n".
+// The demo model's chat template (kDemoChatTemplate) rendered on question/answer turns, as the
+// model sees them: "<|im_start|>" once, then per turn "User: " + text (each "<image>" as
+// "Image k:<image>") + "<end_of_utterance>\n" + "Assistant: " + answer + "<end_of_utterance>\n".
 std::string chat_text(const std::vector<std::pair<std::string, std::string>>& turns);
 
 // One chat_text() per line of a world JSONL file (lines with "turns"); a line that is a JSON
