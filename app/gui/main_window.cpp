@@ -2,6 +2,7 @@
 
 #include "model_picker.h"
 
+#include <QTextDocumentFragment>
 #include <QAction>
 #include <QActionGroup>
 #include <QCheckBox>
@@ -47,6 +48,7 @@
 #include "compare_window.h"
 #include "conversation_list.h"
 #include "evaluate_window.h"
+#include "demo_world_hint.h"
 #include "sample_turn.h"
 #include "tour_panel.h"
 #include "conversation_file.h"
@@ -397,6 +399,14 @@ void MainWindow::buildCentral() {
   editLayout->addWidget(m_cancelEdit);
   m_editRow->setVisible(false);
   leftLayout->addWidget(m_editRow);
+  m_demoHint = new QLabel(left);
+  m_demoHint->setObjectName(QStringLiteral("demoHint"));
+  m_demoHint->setWordWrap(true);
+  m_demoHint->setTextFormat(Qt::RichText);
+  m_demoHint->setFrameShape(QFrame::StyledPanel);
+  m_demoHint->setMargin(4);
+  m_demoHint->setVisible(false);
+  leftLayout->addWidget(m_demoHint);
   auto* attachRow = new QHBoxLayout;
   m_attachLabel = new QLabel(left);
   m_attachLabel->setObjectName(QStringLiteral("attachLabel"));
@@ -743,6 +753,7 @@ void MainWindow::sendTurn(const QString& text, const QStringList& images) {
   m_pendingImages = images;
   // A fresh conversation starts with the system prompt the worker has (it adds it to the turn).
   if (m_conversation->messageCount() == 0 && !m_systemSent.isEmpty()) m_conversation->addSystemMessage(m_systemSent);
+  noteDemoWorld(text);
   m_conversation->addUserMessage(text, images);
   m_conversation->beginAnswer();
   m_statusPhase->setText(images.isEmpty() ? tr("prefill…") : tr("encoding images and prefill…"));
@@ -788,6 +799,14 @@ void MainWindow::updateEditBanner() {
   m_send->setText(m_editTurn >= 0 ? tr("Resend") : tr("Send"));
 }
 
+void MainWindow::noteDemoWorld(const QString& text) {
+  if (!m_demoWorld) return;
+  // The demo model answers anything with its world's words: say so when a question is not about it.
+  const bool inside = inDemoWorld(text);
+  m_demoHint->setText(inside ? demoWorldHint() : outsideDemoWorldNote() + QStringLiteral("<br>") + demoWorldHint());
+  if (!inside) statusBar()->showMessage(QTextDocumentFragment::fromHtml(outsideDemoWorldNote()).toPlainText(), 15000);
+}
+
 void MainWindow::resendUserTurn(int userTurn, const QString& text, const QStringList& images) {
   if (m_answering || !m_hasModel || userTurn < 0 || userTurn >= m_conversation->userMessageCount()) return;
   if (text.isEmpty() && images.isEmpty()) return;
@@ -799,6 +818,7 @@ void MainWindow::resendUserTurn(int userTurn, const QString& text, const QString
   m_pendingText = text;
   m_pendingImages = images;
   m_conversation->truncateBeforeUserTurn(userTurn);
+  noteDemoWorld(text);
   m_conversation->addUserMessage(text, images);
   m_conversation->beginAnswer();
   m_statusPhase->setText(tr("replaying the earlier turns…"));
@@ -1204,6 +1224,9 @@ void MainWindow::showError(const QString& title, const QString& message) {
 void MainWindow::onModelLoaded(const ModelSummary& model) {
   m_model = model;
   m_hasModel = true;
+  m_demoWorld = isDemoWorldModel(model.dir);
+  m_demoHint->setText(demoWorldHint());
+  m_demoHint->setVisible(m_demoWorld);
   addAttachments({});  // the attached images' token counts at this model's resolution
   m_conversation->setAnswersOpenThinking(model.opensThinking);
   if (m_persist) RecentModels::add(model.dir);
@@ -1712,6 +1735,14 @@ void MainWindow::buildTour() {
                      return policyBar ? policyBar->widgetForAction(m_replayAction) : static_cast<QWidget*>(nullptr);
                    },
                    {}, tr("Replay now"), [this] { replayConversation(); }});
+  steps.push_back({tr("Try your own"),
+                   tr("Attach a picture of your own (Attach image…, drag and drop or paste) and ask about it. The "
+                      "built-in demo model knows only its small world (four shapes, six colours, counts, positions, "
+                      "several images: the note above the input lists them); its pictures need no labels, the model "
+                      "numbers them itself, so \"In image 2, …\" works. Any other checkpoint answers about any "
+                      "picture."),
+                   [this] { return m_demoHint->isVisible() ? static_cast<QWidget*>(m_demoHint) : static_cast<QWidget*>(m_attach); }, {}, {},
+                   {}});
   m_tour->setSteps(std::move(steps));
 }
 

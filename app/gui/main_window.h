@@ -227,6 +227,9 @@ class MainWindow : public QMainWindow {
   bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
+  // With a demo-world model: the hint above the input says whether `text` is outside its world.
+  void noteDemoWorld(const QString& text);
+
   void saveSettings() const;
   void buildMenus();
   void fillRecentMenu();
@@ -318,6 +321,8 @@ class MainWindow : public QMainWindow {
   ConversationView* m_conversation = nullptr;
   ChatInput* m_input = nullptr;
   QLabel* m_attachLabel = nullptr;
+  QLabel* m_demoHint = nullptr;  // what a demo-world model knows ("Try your own"), shown only for one
+  bool m_demoWorld = false;      // the loaded model is a demo-world model
   QPushButton* m_clearAttach = nullptr;
   QPushButton* m_attach = nullptr;  // disabled for a text model
   QPushButton* m_send = nullptr;

@@ -73,6 +73,11 @@ constexpr int kLoadTimeoutMs = 120'000;
 constexpr int kTurnTimeoutMs = 120'000;
 const QString kImage = QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/images/a.png");
 const QString kNotAnImage = QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/images/not_an_image.png");
+// A picture of the independent test set (tests/data/independent-shapes: Pillow, JPEG, 273 px, six
+// objects) with its one question about a colour, which the built-in demo model answers right.
+const QString kIndependentPicture = QStringLiteral("ind-000005_1.jpg");
+const QString kIndependentShape = QStringLiteral("triangle");
+const QString kIndependentColour = QStringLiteral("green");
 }  // namespace
 
 class MainWindowTest : public QObject {
@@ -1265,7 +1270,7 @@ class MainWindowTest : public QObject {
     QVERIFY(tourAction);
     tourAction->trigger();
     QVERIFY(tour->isVisible());
-    QCOMPARE(tour->stepCount(), 7);
+    QCOMPARE(tour->stepCount(), 8);
     QCOMPARE(tour->currentStep(), 0);
     QVERIFY(!tour->backButton()->isEnabled());
 
@@ -1611,6 +1616,46 @@ class MainWindowTest : public QObject {
     QVERIFY(loaded.wait(kLoadTimeoutMs));
     QCOMPARE(w.model().dir, repo + QStringLiteral("/snapshots/c0ffee"));
     QCOMPARE(QString::fromStdString(w.model().vision.family), QStringLiteral("qwen2_vl"));
+  }
+  void theDemoModelSaysWhatItKnowsAndAnswersAPictureWithoutALabel() {
+    // The test window's fixture is not a demo-world model: no hint there.
+    QVERIFY(!m_window->findChild<QLabel*>(QStringLiteral("demoHint"))->isVisible());
+    // The built-in demo model, as a new user meets it.
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.openModel(QString::fromStdString(trimkv::default_model_dir()));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    auto* hint = w.findChild<QLabel*>(QStringLiteral("demoHint"));
+    QVERIFY(hint->isVisible());
+    QVERIFY(hint->text().contains(QStringLiteral("Try your own")));
+    QVERIFY(hint->text().contains(QStringLiteral("not a general model")));
+    auto ask = [&](const QString& text, const QStringList& images) {
+      QSignalSpy finished(&w, &MainWindow::answerFinished);
+      w.sendTurn(text, images);
+      if (!finished.wait(kTurnTimeoutMs)) return QStringLiteral("(no answer)");
+      return finished.takeFirst().at(0).value<TurnStats>().text;
+    };
+    // A picture drawn by the independent generator (Pillow, a JPEG), asked about as a user
+    // types it: a bare attachment, no "Image 1:" label.
+    const QString picture = QStringLiteral(TRIMKV_TEST_DATA_DIR "/independent-shapes/images/%1").arg(kIndependentPicture);
+    QCOMPARE(ask(QStringLiteral("What color is the %1?").arg(kIndependentShape), {picture}).trimmed(),
+             kIndependentColour);
+    QVERIFY(!hint->text().contains(QStringLiteral("Outside")));
+    // Outside its world: an answer (a guess), and the hint says so.
+    const QString story = ask(QStringLiteral("Tell me a story about a dog."), {});
+    QVERIFY(story != QStringLiteral("(no answer)"));
+    QVERIFY(hint->text().contains(QStringLiteral("Outside the demo model's world")));
+    QVERIFY(w.statusBar()->currentMessage().contains(QStringLiteral("Outside the demo model's world")));
+    // A picture with nothing on it: no crash, an answer.
+    QTemporaryDir dir;
+    QImage blank(120, 120, QImage::Format_RGB32);
+    blank.fill(QColor(90, 90, 90));
+    QVERIFY(blank.save(dir.filePath(QStringLiteral("blank.png"))));
+    QVERIFY(ask(QStringLiteral("How many circles are there?"), {dir.filePath(QStringLiteral("blank.png"))}) !=
+            QStringLiteral("(no answer)"));
+    QVERIFY(!hint->text().contains(QStringLiteral("Outside")));
   }
   void theStartBudgetAndTurnFromTheCommandLineAreUsed() {
     // --budget M: the loaded model's default policy starts at M, whatever its gates say;

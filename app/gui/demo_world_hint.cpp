@@ -1,0 +1,46 @@
+#include "demo_world_hint.h"
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFile>
+#include <QFileInfo>
+#include <QRegularExpression>
+
+#include "trimkv/core/default_model.h"
+#include "trimkv/vision/idefics3.h"
+
+bool isDemoWorldModel(const QString& dir) {
+  try {
+    if (QFileInfo(QString::fromStdString(trimkv::default_model_dir())) == QFileInfo(dir)) return true;
+  } catch (const std::exception&) {
+    // No built-in model on this machine: only the template can tell.
+  }
+  QFile file(QDir(dir).filePath(QStringLiteral("chat_template.jinja")));
+  if (!file.open(QIODevice::ReadOnly)) return false;
+  return file.readAll() == QByteArray(trimkv::vision::kDemoChatTemplate);
+}
+
+QString demoWorldHint() {
+  return QCoreApplication::translate(
+      "DemoWorld",
+      "<b>Demo model</b>: a 2.4 M-parameter model trained here on one small world, not a general model. It knows "
+      "four shapes (circle, square, triangle, star), six colours (red, green, blue, yellow, purple, orange), "
+      "counting, positions (top left … bottom right, left of) and several images (\"In image 2, …\", \"Which image "
+      "has more stars?\"). <b>Try your own</b>: attach a picture of coloured shapes and ask \"What color is the "
+      "circle?\" or \"How many red objects are there?\". For real photos, open a SmolVLM or Qwen-VL checkpoint.");
+}
+
+bool inDemoWorld(const QString& question) {
+  static const QRegularExpression kWorld(
+      QStringLiteral("\\b(circles?|squares?|triangles?|stars?|red|green|blue|yellow|purple|orange|colou?rs?|shapes?|"
+                     "objects?|how many|count|where|left|right|top|bottom|images?|pictures?|describe)\\b"),
+      QRegularExpression::CaseInsensitiveOption);
+  return kWorld.match(question).hasMatch();
+}
+
+QString outsideDemoWorldNote() {
+  return QCoreApplication::translate(
+      "DemoWorld",
+      "<b>Outside the demo model's world</b>: it only knows coloured shapes, counts, positions and image numbers, "
+      "so its answer to this is a guess.");
+}
