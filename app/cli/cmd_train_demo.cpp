@@ -106,8 +106,11 @@ int cmd_train_demo(int argc, char** argv, int first) {
       std::fprintf(stderr, "train-demo: validation exact match %.3f (single-image %.3f, multi-image %.3f)\n",
                    p.val_accuracy, p.val_single, p.val_multi);
     if (val)
-      std::fprintf(stderr, "train-demo: visual-token probe: object cells %.3f, empty cells %.3f\n",
-                   p.val_probe_objects, p.val_probe_empty);
+      std::fprintf(stderr,
+                   "train-demo: visual-token probe: object cells %.3f (colour %.3f, shape %.3f, size %.3f), empty "
+                   "cells %.3f\n",
+                   p.val_probe_objects, p.val_probe_attrs[0], p.val_probe_attrs[1], p.val_probe_attrs[2],
+                   p.val_probe_empty);
     if (p.val_found >= 0)
       std::fprintf(stderr, "train-demo: lookup probe (question words after the objects hop): all targets right %.3f\n",
                    p.val_found);

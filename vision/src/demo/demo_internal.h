@@ -194,6 +194,7 @@ struct BatchLoss {
   int64_t n_turns = 0, n_correct = 0;                 // teacher-forced exact match per turn
   int64_t n_single = 0, c_single = 0, n_multi = 0, c_multi = 0;
   int64_t n_object_cells = 0, c_object_cells = 0, n_empty_cells = 0, c_empty_cells = 0;  // the probe
+  std::array<int64_t, 3> c_object_attrs{};  // object cells with the colour, the shape, the size right
 };
 // Logits [n_label, vocab] at a sequence's label positions, from the batch's visual tokens
 // feats [N, seq, hidden] (connector output) and its token ids, through the dense decoder.

@@ -116,6 +116,9 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     const at::Tensor object = batch.aux_targets.select(-1, 0) > 0;
     out.n_object_cells = object.sum().item<int64_t>();
     out.c_object_cells = (all_right & object).sum().item<int64_t>();
+    for (int64_t a = 0; a < 3; ++a)
+      out.c_object_attrs[static_cast<size_t>(a)] =
+          ((pred.select(-1, a) == batch.aux_targets.select(-1, a)) & object).sum().item<int64_t>();
     out.n_empty_cells = (~object).sum().item<int64_t>();
     out.c_empty_cells = (all_right & ~object).sum().item<int64_t>();
   }
@@ -389,6 +392,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       total.n_single += l.n_single, total.c_single += l.c_single;
       total.n_multi += l.n_multi, total.c_multi += l.c_multi;
       total.n_object_cells += l.n_object_cells, total.c_object_cells += l.c_object_cells;
+      for (size_t a = 0; a < 3; ++a) total.c_object_attrs[a] += l.c_object_attrs[a];
       total.n_empty_cells += l.n_empty_cells, total.c_empty_cells += l.c_empty_cells;
       total.n_found += l.n_found, total.c_found += l.c_found;
     }
@@ -398,6 +402,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     pr.val_multi = frac(total.c_multi, total.n_multi);
     pr.val_probe_objects = frac(total.c_object_cells, total.n_object_cells);
     pr.val_probe_empty = frac(total.c_empty_cells, total.n_empty_cells);
+    for (size_t a = 0; a < 3; ++a) pr.val_probe_attrs[a] = frac(total.c_object_attrs[a], total.n_object_cells);
     pr.val_found = frac(total.c_found, total.n_found);
   };
 

@@ -59,12 +59,12 @@ struct DemoTrainOptions {
   std::string out_dir;       // the model folder is written here; train/ holds checkpoints
   uint64_t seed = 1;
   DemoModelSize size;
-  DemoStage vision{2400, 48, 4e-3, 1};
+  DemoStage vision{3600, 48, 4e-3, 1};
   // Stage lengths: the chat stage gains most while its learning rate decays (validation 0.807 ->
   // 0.842 over its last 1,400 steps), so it gets the time; chat-short only brings short
   // conversations up first (2,000 instead of 1,200 steps gave the same validation at its end).
-  DemoStage chat_short{1200, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
-  DemoStage chat{5000, 8, 1.5e-3, 8};
+  DemoStage chat_short{1000, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
+  DemoStage chat{4400, 8, 1.5e-3, 8};
   double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
   int64_t warmup = 50;
   double weight_decay = 0.01;
@@ -121,6 +121,7 @@ struct DemoProgress {
   double val_single = -1, val_multi = -1;  // on conversations with one image / several images
   double val_probe_objects = -1;  // probe: object-centre cells with colour, shape and size right
   double val_probe_empty = -1;    // probe: empty cells predicted empty
+  std::array<double, 3> val_probe_attrs{-1, -1, -1};  // probe: object cells' colour, shape, size right
   double val_found = -1;          // lookup probe: question words with every target right
   bool checkpointed = false;
 };
