@@ -3,18 +3,11 @@
 #include <QCoreApplication>
 #include <QDir>
 #include <QFile>
-#include <QFileInfo>
 #include <QRegularExpression>
 
-#include "trimkv/core/default_model.h"
 #include "trimkv/vision/idefics3.h"
 
 bool isDemoWorldModel(const QString& dir) {
-  try {
-    if (QFileInfo(QString::fromStdString(trimkv::default_model_dir())) == QFileInfo(dir)) return true;
-  } catch (const std::exception&) {
-    // No built-in model on this machine: only the template can tell.
-  }
   QFile file(QDir(dir).filePath(QStringLiteral("chat_template.jinja")));
   if (!file.open(QIODevice::ReadOnly)) return false;
   return file.readAll() == QByteArray(trimkv::vision::kDemoChatTemplate);

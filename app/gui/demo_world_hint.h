@@ -5,7 +5,7 @@
 #include <QString>
 
 // The folder holds a demo-world model: its chat template is the demo model's (images numbered
-// "Image k:"), or it is the built-in model's folder.
+// "Image k:"), as the built-in model's and every `train-demo` folder's is.
 bool isDemoWorldModel(const QString& dir);
 
 // The "Try your own" hint shown above the input while such a model is loaded (rich text).

@@ -12,12 +12,13 @@ SampleTurn makeSampleTurn(const QString& dir, bool withImages) {
   if (!withImages)
     return {QStringLiteral("In two sentences: what does a language model keep in its KV cache, and why does it grow?"),
             {}};
-  world::WorldOptions options;  // the demo model's world: 96 px scenes
+  world::WorldOptions options;  // the demo model's world
   options.max_images = 1;
   options.max_turns = 1;
-  // A fixed test-split conversation: the demo model never trained on it.
+  // A fixed test-split conversation (a bare placeholder, the issue-6 wording): the demo model never
+  // trained on it, and answers it right ("triangle").
   constexpr uint64_t kSeed = 2026;
-  const world::Conversation conv = world::make_conversation(kSeed, world::Split::Test, 3, options);
+  const world::Conversation conv = world::make_conversation(kSeed, world::Split::Test, 39, options);
   SampleTurn turn;
   turn.text = QString::fromStdString(conv.turns.front().text);
   for (size_t k = 0; k < conv.scenes.size(); ++k) {

@@ -3,6 +3,7 @@
 // gates as an uninterrupted run, to the bit (after SIGINT, and after kill -9, which loses at most
 // one checkpoint interval).
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -133,4 +134,48 @@ TEST_CASE("train-gates interrupted by Ctrl-C or kill -9 resumes to the same gate
     REQUIRE(first <= last_checkpoint + 1);
     REQUIRE(trimkv::test::read_bytes(out) == want);
   }
+}
+
+TEST_CASE("Ctrl-C stops trimkv eval-sweep between or within cells; a rerun resumes to the uninterrupted table",
+          "[cli][signal][eval]") {
+  trimkv::test::ScratchDir dir("sigint-sweep");
+  REQUIRE(run_cli({"make-world", "--out", dir.path(), "--n", "6", "--seed", "5", "--split", "test", "--max-images", "3",
+                   "--max-turns", "3", "--quiet"})
+              .code == 0);
+  const std::string model = trimkv::test::data_dir() + "/vlm/smolvlm";
+  auto args = [&](const std::string& out) {
+    return std::vector<std::string>{"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
+                                    "streamingllm,h2o,random", "--budgets", "0.25,0.5,64", "--out", out,
+                                    "--max-new-tokens", "4", "--threads", "1"};
+  };
+  // The signal goes once the first cell (the full cache) is written.
+  const auto r = run_cli_signalled(args(dir.file("cut")), "", SIGINT, [](const std::string&, const std::string& err) {
+    return err.find("eval-sweep: full full") != std::string::npos;
+  });
+  CAPTURE(r.out, r.err, r.ms_after_signal);
+  REQUIRE(r.code == 130);
+  REQUIRE_THAT(r.err, Catch::Contains("cancelled; the finished cells are kept"));
+  CHECK(r.ms_after_signal < 1000);  // within the turn in flight
+  // Only whole rows were kept: the header, the full cache, perhaps a few more, not all ten.
+  const std::string cut = trimkv::test::read_bytes(dir.file("cut/sweep.csv"));
+  const auto n_cut = std::count(cut.begin(), cut.end(), '\n');
+  CHECK(n_cut >= 2);
+  CHECK(n_cut < 11);
+  CHECK(cut.back() == '\n');
+
+  const auto resumed = run_cli(args(dir.file("cut")));
+  REQUIRE(resumed.code == 0);
+  CHECK_THAT(resumed.out, Catch::Contains(std::to_string(11 - n_cut) + " computed now"));
+  const auto whole = run_cli(args(dir.file("whole")));
+  REQUIRE(whole.code == 0);
+  // The same table, cell for cell, but the seconds column.
+  auto without_seconds = [](const std::string& csv) {
+    std::vector<std::string> rows;
+    std::istringstream in(csv);
+    for (std::string line; std::getline(in, line);) rows.push_back(line.substr(0, line.rfind(',')));
+    std::sort(rows.begin(), rows.end());
+    return rows;
+  };
+  CHECK(without_seconds(trimkv::test::read_bytes(dir.file("cut/sweep.csv"))) ==
+        without_seconds(trimkv::test::read_bytes(dir.file("whole/sweep.csv"))));
 }

@@ -1625,7 +1625,7 @@ class MainWindowTest : public QObject {
     w.resize(1200, 800);
     w.show();
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
-    w.openModel(QString::fromStdString(trimkv::default_model_dir()));
+    w.openModel(QStringLiteral(TRIMKV_TEST_DATA_DIR "/../../resources/demo-model"));  // not $TRIMKV_DEMO_MODEL's fixture
     QVERIFY(loaded.wait(kLoadTimeoutMs));
     auto* hint = w.findChild<QLabel*>(QStringLiteral("demoHint"));
     QVERIFY(hint->isVisible());

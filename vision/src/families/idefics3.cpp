@@ -457,12 +457,6 @@ const char* const kSmolVlmChatTemplate =
     "%}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt "
     "%}{{ 'Assistant:' }}{% endif %}";
 
-const ChatFormat& smolvlm_chat_format() {
-  static const ChatFormat kFormat(ChatTemplate::from_source(kSmolVlmChatTemplate, "the SmolVLM chat template"),
-                                  ContentStyle::Parts);
-  return kFormat;
-}
-
 const char* const kDemoChatTemplate =
     "<|im_start|>{% set ns = namespace(images=0) %}{% for message in messages %}{{ message['role'] | capitalize "
     "}}: {% for line in message['content'] %}{% if line['type'] == 'text' %}{{ line['text'] }}{% elif "
@@ -470,9 +464,19 @@ const char* const kDemoChatTemplate =
     "endif %}{% endfor %}<end_of_utterance>\n{% endfor %}{% if add_generation_prompt %}{{ 'Assistant:' }}{% "
     "endif %}";
 
+namespace {
+ChatFormat parts_format(const char* source, const char* origin) {
+  return ChatFormat(ChatTemplate::from_source(source, origin), ContentStyle::Parts);
+}
+}  // namespace
+
+const ChatFormat& smolvlm_chat_format() {
+  static const ChatFormat kFormat = parts_format(kSmolVlmChatTemplate, "the SmolVLM chat template");
+  return kFormat;
+}
+
 const ChatFormat& demo_chat_format() {
-  static const ChatFormat kFormat(ChatTemplate::from_source(kDemoChatTemplate, "the demo model's chat template"),
-                                  ContentStyle::Parts);
+  static const ChatFormat kFormat = parts_format(kDemoChatTemplate, "the demo model's chat template");
   return kFormat;
 }
 
