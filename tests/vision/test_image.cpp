@@ -111,6 +111,26 @@ TEST_CASE("a PNG header declaring 2^32 - 1 pixels a side is refused, its pixel c
   }
 }
 
+TEST_CASE("a JPEG using a Huffman or quantisation table it never defines is refused before stb_image reads it",
+          "[vision][image][errors]") {
+  // Found by the image fuzz target: stb_image decoded such scans from uninitialised table memory
+  // (valgrind: conditional jumps on uninitialised values; now and then a segfault).
+  const std::string dir = std::string(TRIMKV_SOURCE_DIR) + "/tests/fuzz/regressions/image/";
+  for (const auto& [file, table] : {std::pair{"jpeg-undefined-ac-table.jpg", "AC Huffman table 0"},
+                                    std::pair{"jpeg-undefined-ac-table-2.jpg", "AC Huffman table 0"},
+                                    std::pair{"jpeg-no-quant-table.jpg", "quantisation table 0"}}) {
+    CAPTURE(file);
+    try {
+      decode_image_file(dir + file);
+      FAIL("no error");
+    } catch (const Error& e) {
+      REQUIRE(e.kind() == ErrorKind::Input);
+      REQUIRE_THAT(e.what(), Catch::Contains(file) && Catch::Contains(std::string("uses ") + table) &&
+                                 Catch::Contains("never defines"));
+    }
+  }
+}
+
 TEST_CASE("the pixel limit is checked from the header before decoding", "[vision][image][errors]") {
   DecodeOptions tight;
   tight.max_pixels = 60 * 45 - 1;  // a.png is 60 x 45

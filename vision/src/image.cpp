@@ -41,6 +41,61 @@ bool jpeg_is_complete(const uint8_t* d, size_t n) {
   return false;
 }
 
+// stb_image decodes with tables a JPEG never defined (a scan naming a Huffman table no DHT gave,
+// a frame naming a quantisation table no DQT gave) by reading its own uninitialised memory: the
+// fuzzer found such files crashing it now and then. libjpeg refuses them, and so do we: the
+// first table this walk finds used before it is defined, as text ("" when every one is).
+std::string jpeg_undefined_table(const uint8_t* d, size_t n) {
+  bool quant[4] = {}, huff[2][4] = {};
+  std::vector<int> frame_tables;  // quantisation table of each frame component
+  size_t p = 2;
+  while (p + 4 <= n) {
+    if (d[p] != 0xFF) return "";  // not a marker where one must be: left to the decoder
+    const uint8_t marker = d[p + 1];
+    if (marker == 0xFF) { ++p; continue; }
+    if (marker == 0xD8 || (marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) { p += 2; continue; }
+    if (marker == 0xD9) break;
+    const size_t len = (static_cast<size_t>(d[p + 2]) << 8) | d[p + 3];
+    if (len < 2 || p + 2 + len > n) return "";
+    const uint8_t* seg = d + p + 4;
+    const size_t seg_len = len - 2;
+    if (marker == 0xDB) {  // DQT: (precision, id) then 64 or 128 bytes, repeated
+      for (size_t q = 0; q < seg_len;) {
+        quant[seg[q] & 3] = true;
+        q += 1 + 64 * ((seg[q] >> 4) ? 2 : 1);
+      }
+    } else if (marker == 0xC4) {  // DHT: (class, id), 16 counts, the values, repeated
+      for (size_t q = 0; q + 17 <= seg_len;) {
+        huff[(seg[q] >> 4) & 1][seg[q] & 3] = true;
+        size_t count = 0;
+        for (int i = 1; i <= 16; ++i) count += seg[q + i];
+        q += 17 + count;
+      }
+    } else if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
+      frame_tables.clear();
+      for (size_t c = 0; seg_len >= 6 && c < seg[5] && 6 + 3 * c + 2 < seg_len; ++c)
+        frame_tables.push_back(seg[6 + 3 * c + 2] & 3);
+    } else if (marker == 0xDA) {  // SOS: check the tables, then skip the entropy-coded data
+      for (int t : frame_tables)
+        if (!quant[t]) return "quantisation table " + std::to_string(t);
+      const size_t ns = seg_len >= 1 ? seg[0] : 0;
+      if (seg_len < 1 + 2 * ns + 3) return "";
+      const int ss = seg[1 + 2 * ns], se = seg[2 + 2 * ns];
+      for (size_t c = 0; c < ns; ++c) {
+        const int td = (seg[2 + 2 * c] >> 4) & 3, ta = seg[2 + 2 * c] & 3;
+        if (ss == 0 && !huff[0][td]) return "DC Huffman table " + std::to_string(td);
+        if (se > 0 && !huff[1][ta]) return "AC Huffman table " + std::to_string(ta);
+      }
+      size_t q = p + 2 + len;
+      while (q + 1 < n && !(d[q] == 0xFF && d[q + 1] != 0x00 && !(d[q + 1] >= 0xD0 && d[q + 1] <= 0xD7))) ++q;
+      p = q;
+      continue;
+    }
+    p += 2 + len;
+  }
+  return "";
+}
+
 // Pillow's alpha_composite of (r, a) over opaque white, channel by channel (AlphaComposite.c with
 // dst = (255, 255, 255, 255), PRECISION_BITS = 7): bit-identical to transformers' convert_to_rgb.
 uint8_t over_white(uint32_t c, uint32_t a) {
@@ -178,9 +233,13 @@ RgbImage decode_image_memory(const uint8_t* data, size_t size, const std::string
   TRIMKV_CHECK(pixels <= options.max_pixels, Input, "image '", name, "' is ", w, "x", h, " = ",
                pixels, " pixels, above the limit of ", options.max_pixels,
                " pixels (refused before decoding)");
-  if (is_jpeg(data, size))
+  if (is_jpeg(data, size)) {
     TRIMKV_CHECK(jpeg_is_complete(data, size), Input, "image '", name,
                  "' is a truncated or corrupt JPEG (no end-of-image marker after its image data)");
+    const std::string undefined = jpeg_undefined_table(data, size);
+    TRIMKV_CHECK(undefined.empty(), Input, "image '", name, "' is a corrupt JPEG: it uses ", undefined,
+                 ", which it never defines");
+  }
   std::unique_ptr<unsigned char, StbFree> px(stbi_load_from_memory(data, len, &w, &h, &channels, 0));
   if (!px)
     TRIMKV_FAIL(Input, "cannot decode image '", name, "' (truncated or corrupt?): ",
