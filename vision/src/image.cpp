@@ -20,6 +20,12 @@ struct StbFree {
 
 bool is_jpeg(const uint8_t* d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF; }
 
+// JPEG markers: a restart (RSTn, inside entropy-coded data), one without a length (SOI, RSTn,
+// TEM), and a start of frame (SOFn: C0-CF but DHT C4, JPG C8, DAC CC).
+bool jpeg_restart(uint8_t m) { return m >= 0xD0 && m <= 0xD7; }
+bool jpeg_standalone(uint8_t m) { return m == 0xD8 || jpeg_restart(m) || m == 0x01; }
+bool jpeg_sof(uint8_t m) { return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC; }
+
 // stb_image decodes a JPEG whose entropy-coded data stops early without complaint (it pads with
 // zeros); Pillow refuses it. A complete JPEG has an EOI marker (FF D9) after its first SOS
 // segment: entropy-coded data escapes every FF byte, so FF D9 there is the real end marker.
@@ -29,7 +35,7 @@ bool jpeg_is_complete(const uint8_t* d, size_t n) {
     if (d[p] != 0xFF) return false;
     const uint8_t marker = d[p + 1];
     if (marker == 0xFF) { ++p; continue; }  // fill byte
-    if (marker == 0xD8 || (marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) { p += 2; continue; }
+    if (jpeg_standalone(marker)) { p += 2; continue; }
     const size_t len = (static_cast<size_t>(d[p + 2]) << 8) | d[p + 3];
     if (marker == 0xDA) {  // start of scan: the EOI must follow somewhere after it
       for (size_t q = p + 2 + len; q + 1 < n; ++q)
@@ -53,7 +59,7 @@ std::string jpeg_undefined_table(const uint8_t* d, size_t n) {
     if (d[p] != 0xFF) return "";  // not a marker where one must be: left to the decoder
     const uint8_t marker = d[p + 1];
     if (marker == 0xFF) { ++p; continue; }
-    if (marker == 0xD8 || (marker >= 0xD0 && marker <= 0xD7) || marker == 0x01) { p += 2; continue; }
+    if (jpeg_standalone(marker)) { p += 2; continue; }
     if (marker == 0xD9) break;
     const size_t len = (static_cast<size_t>(d[p + 2]) << 8) | d[p + 3];
     if (len < 2 || p + 2 + len > n) return "";
@@ -71,7 +77,7 @@ std::string jpeg_undefined_table(const uint8_t* d, size_t n) {
         for (int i = 1; i <= 16; ++i) count += seg[q + i];
         q += 17 + count;
       }
-    } else if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
+    } else if (jpeg_sof(marker)) {
       frame_tables.clear();
       for (size_t c = 0; seg_len >= 6 && c < seg[5] && 6 + 3 * c + 2 < seg_len; ++c)
         frame_tables.push_back(seg[6 + 3 * c + 2] & 3);
@@ -87,7 +93,7 @@ std::string jpeg_undefined_table(const uint8_t* d, size_t n) {
         if (se > 0 && !huff[1][ta]) return "AC Huffman table " + std::to_string(ta);
       }
       size_t q = p + 2 + len;
-      while (q + 1 < n && !(d[q] == 0xFF && d[q + 1] != 0x00 && !(d[q + 1] >= 0xD0 && d[q + 1] <= 0xD7))) ++q;
+      while (q + 1 < n && !(d[q] == 0xFF && d[q + 1] != 0x00 && !jpeg_restart(d[q + 1]))) ++q;
       p = q;
       continue;
     }
@@ -138,7 +144,7 @@ bool header_size(const uint8_t* d, size_t n, int64_t& w, int64_t& h) {
     while (p + 4 <= n && d[p] == 0xFF) {
       const uint8_t m = d[p + 1];
       const size_t len = (static_cast<size_t>(d[p + 2]) << 8) | d[p + 3];
-      const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+      const bool sof = jpeg_sof(m);
       if (sof && p + 9 <= n) {
         h = rd16(d + p + 5, false);
         w = rd16(d + p + 7, false);
