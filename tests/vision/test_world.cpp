@@ -288,7 +288,7 @@ TEST_CASE("world: conversations and scenes cover the declared ranges", "[world]"
   std::set<std::string> shapes, colors, sizes, backgrounds, renderers;
   std::set<bool> antialias;
   std::set<double> rotations;
-  int min_side = 1 << 30, max_side = 0, n_outlined = 0, n_objects_total = 0, n_small_sides = 0, n_scenes = 0;
+  int min_side = 1 << 30, max_side = 0, n_outlined = 0, n_wide = 0, n_small_sides = 0, n_scenes = 0;
   bool later_turn_about_earlier_image = false;
   for (int64_t i = 0; i < 300; ++i) {
     const json c = conversation(5, w::Split::Test, i);
@@ -315,8 +315,14 @@ TEST_CASE("world: conversations and scenes cover the declared ranges", "[world]"
         colors.insert(o.at("color"));
         sizes.insert(o.at("size"));
         rotations.insert(o.at("rotation").get<double>());
-        if (o.contains("outline")) ++n_outlined;
-        ++n_objects_total;
+        // Outlines only on objects at least kMinOutlinedWidth wide.
+        w::Shape shape = w::Shape::Circle;
+        for (int k = 0; k < w::kNumShapes; ++k)
+          if (o.at("shape") == w::shape_name(static_cast<w::Shape>(k))) shape = static_cast<w::Shape>(k);
+        const bool wide = w::shape_width(shape, o.at("radius").get<double>()) >= w::kMinOutlinedWidth;
+        if (!wide) CHECK_FALSE(o.contains("outline"));
+        n_wide += wide;
+        n_outlined += o.contains("outline");
         if (o.at("shape") == "circle") CHECK(o.at("rotation").get<double>() == 0);
       }
     }
@@ -333,8 +339,8 @@ TEST_CASE("world: conversations and scenes cover the declared ranges", "[world]"
   CHECK(*rotations.begin() == -20.0);
   CHECK(*rotations.rbegin() == 20.0);
   CHECK(rotations.size() == 17);
-  CHECK(n_outlined > n_objects_total / 8);  // about one in four
-  CHECK(n_outlined < n_objects_total * 3 / 8);
+  CHECK(n_outlined > n_wide / 8);  // about one in four of those wide enough
+  CHECK(n_outlined < n_wide * 3 / 8);
   // Sides about log-uniform over 48..400: the ends are reached, a third or so at most 96 px.
   CHECK(min_side < 52);
   CHECK(max_side > 380);

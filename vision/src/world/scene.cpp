@@ -84,14 +84,17 @@ void validate(const WorldOptions& o) {
 
 namespace {
 double quarter(double v) { return std::floor(v * 4.0 + 0.5) / 4.0; }
+
+// Width over bounding radius, unrotated: circle 2, square sqrt(2), triangle sqrt(3), star
+// 2 sin(72 deg).
+constexpr double kWidthOverRadius[] = {2.0, 1.4142135623730951, 1.7320508075688772, 1.9021130325903071};
 }  // namespace
 
+double shape_width(Shape shape, double radius) { return radius * kWidthOverRadius[static_cast<int>(shape)]; }
+
 std::array<double, 2> radius_range(Shape shape, ObjectSize size, int image_size) {
-  // Width over bounding radius, unrotated: circle 2, square sqrt(2), triangle sqrt(3), star
-  // 2 sin(72 deg).
-  static constexpr double kWidth[] = {2.0, 1.4142135623730951, 1.7320508075688772, 1.9021130325903071};
   const double lo = size == ObjectSize::Small ? 0.08 : 0.22, hi = size == ObjectSize::Small ? 0.18 : 0.40;
-  const double k = kWidth[static_cast<int>(shape)];
+  const double k = kWidthOverRadius[static_cast<int>(shape)];
   return {std::max(4.0, quarter(lo * image_size / k)), std::max(4.0, quarter(hi * image_size / k))};
 }
 
@@ -202,7 +205,8 @@ std::array<uint8_t, 3> background_colour(Rng& rng) {
 }
 
 // The object's fill from its colour's range, and an outline on about one object in four (black,
-// white or a darker shade of the fill; 1 px, or 2 px on large images).
+// white or a darker shade of the fill; 1 px, or 2 px on large images), kept by place() only on
+// objects at least kMinOutlinedWidth wide.
 void style_object(Rng& rng, Object& o, int image_size) {
   const ColorRange r = color_range(o.color);
   const double span = r.hue_hi >= r.hue_lo ? r.hue_hi - r.hue_lo : r.hue_hi + 360.0 - r.hue_lo;
@@ -229,6 +233,7 @@ bool place(Rng& rng, Object& o, const std::vector<Object>& placed, int image_siz
   const int64_t lo = static_cast<int64_t>(std::ceil((o.radius + 1.0) * 4.0));
   const int64_t hi = static_cast<int64_t>(std::floor((image_size - 2.0 - o.radius) * 4.0));
   if (lo > hi) return false;
+  if (shape_width(o.shape, o.radius) < kMinOutlinedWidth) o.outline = 0;
   const double gap = object_gap(image_size);
   for (int attempt = 0; attempt < kTries; ++attempt) {
     o.cx = rng.uniform_int(lo, hi) / 4.0;

@@ -86,6 +86,11 @@ void validate(const WorldOptions& options);
 // that makes the shape (unrotated) 8-18% of the side wide when small, 22-40% when large, and at
 // least 4 px. Each object's radius is drawn uniformly from its range, on the 1/4-pixel grid.
 std::array<double, 2> radius_range(Shape shape, ObjectSize size, int image_size);
+// The width of a shape (unrotated) whose bounding-circle radius is `radius`.
+double shape_width(Shape shape, double radius);
+// Objects narrower than this carry no outline: a 1-px outline on a 5-px star leaves no fill to
+// read its colour from.
+inline constexpr double kMinOutlinedWidth = 14.0;
 // Shapes are drawn inside their bounding circle: a circle fills it; a square's corners, a
 // triangle's (equilateral, apex up before rotation, centroid at the centre) and a star's outer
 // points (5 points, inner radius half the outer) lie on it. bounding_factor() is the ratio of
