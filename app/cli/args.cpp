@@ -11,6 +11,17 @@
 
 namespace trimkv::cli {
 
+std::vector<std::string> split_list(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    const size_t a = item.find_first_not_of(" \t\r"), b = item.find_last_not_of(" \t\r");
+    if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
+  }
+  return out;
+}
+
 namespace {
 
 std::string number_text(double x, bool integer) {

@@ -26,6 +26,7 @@ int cmd_eval(int argc, char** argv, int first) {
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       ranged_int("limit", "N", "evaluate the first N conversations only", 1, 2147483647),
       {"history", "gold|model", "answers kept in the conversation: the expected ones (default) or the model's"},
+      {"match", "exact|contains", "scoring: the normalized reply equals the expected answer (default), or contains it as whole words (real models answer in sentences)"},
       ranged_int("max-new-tokens", "N", "answer length limit in tokens (default 8)", 0, 1 << 20),
       {"json", "", "print the summary as one JSON object on stdout"},
       {"out", "FILE", "write the summary as JSON"},
@@ -44,7 +45,7 @@ int cmd_eval(int argc, char** argv, int first) {
     std::cout << Args::usage("eval",
                              "Replay world conversations turn by turn (each answer generated greedily; the gold "
                              "answer, or with --history model the generated one, is kept in the conversation) and "
-                             "report exact-match accuracy. A conversation that cannot be evaluated (a missing "
+                             "report accuracy (exact match, or with --match contains the answer found in the reply). A conversation that cannot be evaluated (a missing "
                              "image, a bad line) is named on stderr and counted; the others go on.",
                              specs)
               << policy_help();
@@ -87,6 +88,7 @@ int cmd_eval(int argc, char** argv, int first) {
   nlohmann::ordered_json j = nlohmann::ordered_json::parse(w::summary_json(summary));
   j["conversations"] = static_cast<int64_t>(conversations.size() + read_failures.size()) - summary.failures;
   j["history"] = run.gold_history ? "gold" : "model";
+  j["match"] = vision::world::answer_match_name(run.match);
   j["policy"] = st.policy;
   j["budget"] = st.budget_global;
   j["eviction_events"] = result.eviction_events;
@@ -99,7 +101,8 @@ int cmd_eval(int argc, char** argv, int first) {
   }
   std::cout << std::fixed << std::setprecision(3) << "accuracy " << summary.all.accuracy() << " ("
             << summary.all.correct << "/" << summary.all.n << " turns, " << j["conversations"].get<int64_t>()
-            << " conversations, " << summary.failures << " failed; history " << (run.gold_history ? "gold" : "model") << ")\n";
+            << " conversations, " << summary.failures << " failed; history " << (run.gold_history ? "gold" : "model")
+            << ", match " << vision::world::answer_match_name(run.match) << ")\n";
   if (evict)
     std::cout << "policy " << st.policy << ", budget "
               << (st.budget_global < 0 ? std::string("unlimited") : std::to_string(st.budget_global))

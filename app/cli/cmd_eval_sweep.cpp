@@ -32,17 +32,6 @@ const char* const kCsvHeader =
     "policy,budget,budget_entries,accuracy,n,correct,failures,kv_peak_entries,kv_mean_entries,kv_peak_bytes,"
     "kv_mean_bytes,seconds";
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    const size_t a = item.find_first_not_of(" \t\r"), b = item.find_last_not_of(" \t\r");
-    if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
-  }
-  return out;
-}
-
 struct Budget {
   std::string spec;  // as given: "0.25" (a fraction of the full cache's peak) or "512" (entries)
   double fraction = 0;   // > 0: a fraction
@@ -87,7 +76,7 @@ std::vector<Row> read_csv(const std::string& path) {
       continue;
     }
     Row r;
-    r.cells = split(line, ',');
+    r.cells = split_list(line, ',');
     if (r.cells.size() < 12) continue;  // a torn last line (killed mid-write): recomputed
     r.policy = r.cells[0];
     r.budget = r.cells[1];
@@ -137,6 +126,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"out", "DIR", "output folder: sweep.csv, sweep.md, sweep.png (default: sweep)"},
       ranged_int("limit", "N", "evaluate the first N conversations only", 1, 2147483647),
       {"history", "gold|model", "answers kept in the conversation (default gold)"},
+      {"match", "exact|contains", "scoring: the normalized reply equals the expected answer (default), or contains it as whole words (real models answer in sentences)"},
       ranged_int("max-new-tokens", "N", "answer length limit in tokens (default 8)", 0, 1 << 20),
       threads_option("CPU threads (default: the library's)"),
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
@@ -157,10 +147,10 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
   }
   const std::string model = args.model_dir();
   const std::string data = args.require("data");
-  const std::vector<std::string> policies = split(args.require("policies"), ',');
+  const std::vector<std::string> policies = split_list(args.require("policies"), ',');
   if (policies.empty()) throw UsageError("option '--policies' names no policy");
   std::vector<Budget> budgets;
-  for (const std::string& s : split(args.require("budgets"), ',')) budgets.push_back(parse_budget(s));
+  for (const std::string& s : split_list(args.require("budgets"), ',')) budgets.push_back(parse_budget(s));
   if (budgets.empty()) throw UsageError("option '--budgets' gives no budget");
   for (const std::string& p : policies) {
     EvictionSettings s;
@@ -263,7 +253,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
          << ',' << s.all.n << ',' << s.all.correct << ',' << s.failures << ',' << s.max_kv_entries << ','
          << s.mean_kv_entries << ',' << s.max_kv_bytes << ',' << s.mean_kv_bytes << ',' << s.seconds;
     Row row;
-    row.cells = split(line.str(), ',');
+    row.cells = split_list(line.str(), ',');
     row.policy = c.policy;
     row.budget = c.budget.spec;
     rows.push_back(row);

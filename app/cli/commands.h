@@ -10,6 +10,7 @@ int cmd_generate(int argc, char** argv, int first);
 int cmd_chat(int argc, char** argv, int first);
 int cmd_train_gates(int argc, char** argv, int first);
 int cmd_make_world(int argc, char** argv, int first);
+int cmd_make_tasks(int argc, char** argv, int first);
 int cmd_train_tokenizer(int argc, char** argv, int first);
 int cmd_eval(int argc, char** argv, int first);
 int cmd_eval_sweep(int argc, char** argv, int first);

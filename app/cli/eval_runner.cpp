@@ -42,7 +42,7 @@ EvalRunResult run_world_eval(vision::ChatEngine& engine, const std::vector<visio
         r.type = turn.type;
         r.expected = turn.answer;
         r.generated = result.text;
-        r.correct = w::answer_correct(turn.answer, result.text);
+        r.correct = w::answer_correct(turn.answer, result.text, options.match);
         r.images_since = turn.images_since;
         r.turns_since = turn.turns_since;
         r.n_images = conv.n_images;
@@ -86,6 +86,10 @@ EvalRunOptions eval_run_options(const Args& args, const std::string& data) {
   EvalRunOptions run;
   run.data = data;
   run.gold_history = history == "gold";
+  const std::string match = args.get("match", "exact");
+  const auto m = vision::world::answer_match_named(match);
+  if (!m) throw UsageError("option '--match' must be 'exact' or 'contains', got '" + match + "'");
+  run.match = *m;
   run.progress = !args.flag("quiet");
   run.params.max_new_tokens = args.get_int("max-new-tokens", 8);
   if (run.params.max_new_tokens <= 0)

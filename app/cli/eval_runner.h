@@ -18,6 +18,7 @@ struct EvalRunOptions {
   std::string data;  // the JSONL path, for failure messages
   GenerationParams params;
   bool gold_history = true;  // false: the model's own answers stay in the conversation
+  vision::world::AnswerMatch match = vision::world::AnswerMatch::Exact;  // --match
   bool progress = true;      // "\r<label>: i/n conversations" on stderr
   std::string label = "eval";
   std::ostream* records_out = nullptr;  // one JSON line per turn
@@ -33,7 +34,7 @@ struct EvalRunResult {
 };
 
 // The options eval and eval-sweep share, validated (UsageError naming the option): --history,
-// --quiet, --max-new-tokens. `data` is the JSONL path.
+// --match, --quiet, --max-new-tokens. `data` is the JSONL path.
 EvalRunOptions eval_run_options(const Args& args, const std::string& data);
 // --limit: -1 when absent; UsageError when not positive.
 int eval_limit(const Args& args);

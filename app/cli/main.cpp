@@ -22,6 +22,7 @@ const char* kUsage =
     "  chat       chat with a vision-language model in the terminal (images, multi-turn)\n"
     "  train-gates  train retention gates (TrimKV / DBTrimKV) on a frozen model\n"
     "  make-world   write a split of the synthetic visual world (JSONL + PNG images)\n"
+    "  make-tasks   write long-context text tasks (facts hidden in real text) as JSONL\n"
     "  train-tokenizer  train a byte-level BPE tokenizer.json on world text\n"
     "  eval         score a vision-language model on world conversations\n"
     "  eval-sweep   eval for every eviction policy x KV budget (CSV + Markdown table)\n"
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     if (command == "chat") return cmd_chat(argc, argv, 2);
     if (command == "train-gates") return cmd_train_gates(argc, argv, 2);
     if (command == "make-world") return cmd_make_world(argc, argv, 2);
+    if (command == "make-tasks") return cmd_make_tasks(argc, argv, 2);
     if (command == "train-tokenizer") return cmd_train_tokenizer(argc, argv, 2);
     if (command == "eval") return cmd_eval(argc, argv, 2);
     if (command == "eval-sweep") return cmd_eval_sweep(argc, argv, 2);

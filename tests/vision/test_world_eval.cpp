@@ -98,6 +98,25 @@ TEST_CASE("world eval: answers match exactly after normalisation", "[world][eval
   CHECK_FALSE(w::answer_correct("yes", ""));
 }
 
+TEST_CASE("world eval: --match contains finds the answer as whole words in a sentence", "[world][eval]") {
+  const auto contains = w::AnswerMatch::Contains;
+  CHECK(w::answer_match_named("contains") == contains);
+  CHECK(w::answer_match_named("exact") == w::AnswerMatch::Exact);
+  CHECK_FALSE(w::answer_match_named("fuzzy").has_value());
+  CHECK(w::answer_correct("4821", "The code for the blue door is 4821.", contains));
+  CHECK_FALSE(w::answer_correct("4821", "The code for the blue door is 4821.", w::AnswerMatch::Exact));
+  CHECK(w::answer_correct("4821", "4821", contains));
+  CHECK(w::answer_correct("4821", "code: 4821!", contains));
+  CHECK(w::answer_correct("4821", "(4821)", contains));
+  CHECK(w::answer_correct("top left", "It is in the  Top Left corner.", contains));
+  CHECK(w::answer_correct("4821", "48210, no: 4821", contains));  // a later whole-word occurrence
+  CHECK_FALSE(w::answer_correct("4821", "48210", contains));
+  CHECK_FALSE(w::answer_correct("4821", "14821", contains));
+  CHECK_FALSE(w::answer_correct("4821", "4 8 2 1", contains));
+  CHECK_FALSE(w::answer_correct("red", "bored", contains));
+  CHECK_FALSE(w::answer_correct("4821", "", contains));
+}
+
 TEST_CASE("world eval: summaries count by type and distance", "[world][eval]") {
   std::vector<w::EvalRecord> records(4);
   records[0] = {"a", 0, "count_shape", "2", "2", true, 0, 0, 100};

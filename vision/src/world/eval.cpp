@@ -93,8 +93,23 @@ std::string normalize_answer(std::string_view text) {
   return out;
 }
 
-bool answer_correct(std::string_view expected, std::string_view generated) {
-  return normalize_answer(expected) == normalize_answer(generated);
+std::optional<AnswerMatch> answer_match_named(std::string_view name) {
+  if (name == "exact") return AnswerMatch::Exact;
+  if (name == "contains") return AnswerMatch::Contains;
+  return std::nullopt;
+}
+
+const char* answer_match_name(AnswerMatch match) { return match == AnswerMatch::Exact ? "exact" : "contains"; }
+
+bool answer_correct(std::string_view expected, std::string_view generated, AnswerMatch match) {
+  const std::string e = normalize_answer(expected), g = normalize_answer(generated);
+  if (match == AnswerMatch::Exact || e.empty()) return e == g;
+  auto word_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; };
+  for (size_t at = g.find(e); at != std::string::npos; at = g.find(e, at + 1)) {
+    const size_t end = at + e.size();
+    if ((at == 0 || !word_char(g[at - 1])) && (end == g.size() || !word_char(g[end]))) return true;
+  }
+  return false;
 }
 
 EvalSummary summarize(const std::vector<EvalRecord>& records) {

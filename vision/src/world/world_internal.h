@@ -4,9 +4,11 @@
 #include <vector>
 
 #include "trimkv/vision/world.h"
-#include "world/rng.h"
+#include "trimkv/core/portable_rng.h"
 
 namespace trimkv::vision::world {
+
+using Rng = PortableRng;
 
 // A scene of 1..options.max_objects non-overlapping objects on a random background.
 Scene sample_scene(Rng& rng, const WorldOptions& options);

@@ -2,7 +2,7 @@
 // over one or more images, and the JSONL + PNG files the demo model is trained and evaluated on.
 //
 // Determinism: a conversation is a pure function of (seed, split, index, WorldOptions); the
-// random numbers come from std::mt19937_64 with hand-written distributions (world/rng.h), the
+// random numbers come from std::mt19937_64 with hand-written distributions (trimkv/core/portable_rng.h), the
 // shapes' vertices from constant tables, the drawing from OpenCV's fixed-point rasteriser and
 // the PNG bytes from stb_image_write, so the same arguments give byte-identical files (the
 // JSONL everywhere; the pixels wherever OpenCV's anti-aliased fill is the same, i.e. the same

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -40,9 +41,20 @@ std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit
 
 // Lowercase, whitespace runs collapsed to one space, trimmed, trailing ". ! ?" dropped.
 std::string normalize_answer(std::string_view text);
-// Exact match after normalize_answer on both sides (answers are one word, a digit, "top left",
-// "image 2": anything more or less is wrong).
-bool answer_correct(std::string_view expected, std::string_view generated);
+
+// How a generated answer is scored against the expected one (`--match`).
+enum class AnswerMatch {
+  // Equal after normalize_answer on both sides: the world's answers are one word, a digit, "top
+  // left", "image 2"; anything more or less is wrong.
+  Exact,
+  // The normalized expected answer occurs in the normalized reply as whole words (no letter or
+  // digit touching it on either side): a real model answers "The code for the blue door is
+  // 4821." where 4821 is expected; "48210" or "14821" do not count.
+  Contains,
+};
+std::optional<AnswerMatch> answer_match_named(std::string_view name);  // "exact" | "contains"
+const char* answer_match_name(AnswerMatch match);
+bool answer_correct(std::string_view expected, std::string_view generated, AnswerMatch match = AnswerMatch::Exact);
 
 struct EvalRecord {
   std::string id;        // conversation

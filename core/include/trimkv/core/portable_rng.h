@@ -1,7 +1,8 @@
-// The world generator's random numbers: std::mt19937_64 (its output sequence is fixed by the
-// C++ standard) with distributions written out here, because the standard library's
+// Random numbers that are the same on every platform, for the generators of synthetic data (the
+// visual world, the long-context text tasks): std::mt19937_64 (its output sequence is fixed by
+// the C++ standard) with distributions written out here, because the standard library's
 // distributions (uniform_int_distribution, ...) differ between implementations. Together they
-// make a world a pure function of (seed, split, index, options) on every platform.
+// make a generated item a pure function of its key (seed, split, index, ...) everywhere.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -9,13 +10,13 @@
 
 #include "trimkv/core/error.h"
 
-namespace trimkv::vision::world {
+namespace trimkv {
 
-class Rng {
+class PortableRng {
  public:
   // Seeded through std::seed_seq, whose mixing the standard also fixes; distinct key tuples
   // give distinct, independent-looking streams.
-  explicit Rng(const std::vector<uint32_t>& key) {
+  explicit PortableRng(const std::vector<uint32_t>& key) {
     std::seed_seq seq(key.begin(), key.end());
     m_engine.seed(seq);
   }
@@ -66,4 +67,4 @@ class Rng {
   std::mt19937_64 m_engine;
 };
 
-}  // namespace trimkv::vision::world
+}  // namespace trimkv
