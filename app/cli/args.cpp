@@ -5,21 +5,25 @@
 #include "trimkv/core/error.h"
 #include "trimkv/core/hf_cache.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
 namespace trimkv::cli {
 
-std::vector<std::string> split_list(const std::string& s, char sep) {
+std::vector<std::string> split_list(const std::string& s, char sep, bool keep_empty) {
   std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
+  size_t start = 0;
+  while (true) {
+    const size_t end = std::min(s.find(sep, start), s.size());
+    const std::string item = s.substr(start, end - start);
     const size_t a = item.find_first_not_of(" \t\r"), b = item.find_last_not_of(" \t\r");
     if (a != std::string::npos) out.push_back(item.substr(a, b - a + 1));
+    else if (keep_empty) out.emplace_back();
+    if (end == s.size()) return out;
+    start = end + 1;
   }
-  return out;
 }
 
 namespace {

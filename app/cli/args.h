@@ -34,8 +34,9 @@ struct OptionSpec {
 OptionSpec ranged_int(std::string name, std::string value_name, std::string help, int64_t lo, int64_t hi);
 OptionSpec ranged_real(std::string name, std::string value_name, std::string help, double lo, double hi);
 
-// The items of a list like "a, b,c" split at `sep`, each trimmed of blanks; empty items dropped.
-std::vector<std::string> split_list(const std::string& s, char sep);
+// The items of a list like "a, b,c" split at `sep`, each trimmed of blanks; empty items dropped
+// (kept, as "", with keep_empty: the fields of a CSV line).
+std::vector<std::string> split_list(const std::string& s, char sep, bool keep_empty = false);
 
 class UsageError : public std::runtime_error {
  public:

@@ -111,6 +111,11 @@ int cmd_eval(int argc, char** argv, int first) {
             << summary.max_kv_entries << "; KV bytes: mean " << summary.mean_kv_bytes << ", peak "
             << summary.max_kv_bytes << "; time " << std::setprecision(2) << summary.seconds << " s\n"
             << std::setprecision(3);
+  if (summary.scored.tokens > 0) {
+    std::cout << "perplexity " << summary.scored.perplexity() << " over " << summary.scored.tokens << " scored tokens\n";
+    for (const auto& [type, n] : summary.scored_by_type)
+      std::cout << "  " << std::left << std::setw(28) << type << n.perplexity() << "  (" << n.tokens << " tokens)\n";
+  }
   std::cout << "by question type:\n";
   for (const auto& [type, tally] : summary.by_type)
     std::cout << "  " << std::left << std::setw(28) << type << tally.accuracy() << "  (" << tally.n << ")\n";

@@ -30,7 +30,7 @@ extern "C" void on_sigint_sweep(int) { g_sweep_cancel.store(true); }
 
 const char* const kCsvHeader =
     "policy,budget,budget_entries,accuracy,n,correct,failures,kv_peak_entries,kv_mean_entries,kv_peak_bytes,"
-    "kv_mean_bytes,seconds";
+    "kv_mean_bytes,perplexity,seconds";
 
 struct Budget {
   std::string spec;  // as given: "0.25" (a fraction of the full cache's peak) or "512" (entries)
@@ -76,8 +76,9 @@ std::vector<Row> read_csv(const std::string& path) {
       continue;
     }
     Row r;
-    r.cells = split_list(line, ',');
-    if (r.cells.size() < 12) continue;  // a torn last line (killed mid-write): recomputed
+    r.cells = split_list(line, ',', true);
+    if (r.cells.size() == 12) r.cells.insert(r.cells.begin() + 11, "");  // written before the perplexity column
+    if (r.cells.size() != 13 || r.cells[12].empty()) continue;  // a torn last line (killed mid-write): recomputed
     r.policy = r.cells[0];
     r.budget = r.cells[1];
     rows.push_back(std::move(r));
@@ -87,12 +88,16 @@ std::vector<Row> read_csv(const std::string& path) {
 
 void write_markdown(const std::string& path, const std::vector<Row>& rows) {
   std::ostringstream out;
+  const bool ppl = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.cells[11].empty(); });
   out << "| policy | budget | KV entries budget | accuracy | n | failures | KV peak entries | KV mean entries | "
-         "seconds |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+      << (ppl ? "perplexity | " : "") << "seconds |\n|---|---|---:|---:|---:|---:|---:|---:|" << (ppl ? "---:|" : "")
+      << "---:|\n";
   for (const Row& r : rows) {
     const auto& c = r.cells;
     out << "| " << c[0] << " | " << c[1] << " | " << c[2] << " | " << c[3] << " | " << c[4] << " | " << c[6]
-        << " | " << c[7] << " | " << c[8] << " | " << c[11] << " |\n";
+        << " | " << c[7] << " | " << c[8] << " | ";
+    if (ppl) out << c[11] << " | ";
+    out << c[12] << " |\n";
   }
   write_file_atomic(path, out.str());
 }
@@ -251,9 +256,11 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     std::ostringstream line;
     line << std::setprecision(6) << c.policy << ',' << c.budget.spec << ',' << entries << ',' << s.all.accuracy()
          << ',' << s.all.n << ',' << s.all.correct << ',' << s.failures << ',' << s.max_kv_entries << ','
-         << s.mean_kv_entries << ',' << s.max_kv_bytes << ',' << s.mean_kv_bytes << ',' << s.seconds;
+         << s.mean_kv_entries << ',' << s.max_kv_bytes << ',' << s.mean_kv_bytes << ',';
+    if (s.scored.tokens > 0) line << s.scored.perplexity();  // empty when no turn was scored
+    line << ',' << s.seconds;
     Row row;
-    row.cells = split_list(line.str(), ',');
+    row.cells = split_list(line.str(), ',', true);
     row.policy = c.policy;
     row.budget = c.budget.spec;
     rows.push_back(row);

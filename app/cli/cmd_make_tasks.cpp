@@ -1,5 +1,6 @@
 // `trimkv make-tasks`: writes long-context text tasks (needles in haystacks of real text) as
 // conversation JSONL for eval, eval-sweep and train-gates (issue 20).
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,12 +23,13 @@ int cmd_make_tasks(int argc, char** argv, int first) {
       {"model", "DIR", "checkpoint folder or .gguf file whose tokenizer measures the lengths"},
       {"out", "FILE", "JSONL file to write (replaced atomically)"},
       {"split", "NAME", "train | test: whose corpus documents make the haystacks (default test)"},
-      {"tasks", "A,B,...", "task kinds: needle, multikey, multiturn, vartrack (default all)"},
+      {"tasks", "A,B,...", "task kinds: needle, multikey, multiturn, vartrack (default: these four), ppl (perplexity of a text's last tokens)"},
       {"lengths", "N,...", "target lengths in tokens of the user messages, at least 256 (default 1024,2048,4096)"},
       ranged_int("n", "N", "tasks per kind and length (default 10)", 1, 1000000),
       ranged_int("seed", "S", "seed (default 0)", 0, 2147483647),
       ranged_int("keys", "K", "multikey: facts in the haystack, one asked (default 4)", 2, 8),
       ranged_int("hops", "H", "vartrack: variables in the chain (default 2)", 2, 6),
+      ranged_int("score-last", "N", "ppl: tokens scored at the end of each text, at most half its length (default 256)", 1, 500000),
       {"help", "", "show this help"},
   };
   Args args("make-tasks", specs, argc, argv, first);
@@ -48,11 +50,13 @@ int cmd_make_tasks(int argc, char** argv, int first) {
   o.seed = static_cast<uint64_t>(args.get_int64("seed", 0));
   o.keys = args.get_int("keys", 4);
   o.hops = args.get_int("hops", 2);
+  o.score_last = args.get_int64("score-last", 256);
   const int n = args.get_int("n", 10);
   std::vector<t::TaskKind> kinds;
   for (const std::string& name : split_list(args.get("tasks", "needle,multikey,multiturn,vartrack"), ',')) {
     const auto k = t::task_kind_named(name);
-    if (!k) throw UsageError("option '--tasks': unknown task '" + name + "' (needle, multikey, multiturn, vartrack)");
+    if (!k)
+      throw UsageError("option '--tasks': unknown task '" + name + "' (needle, multikey, multiturn, vartrack, ppl)");
     kinds.push_back(*k);
   }
   if (kinds.empty()) throw UsageError("option '--tasks' gives no task");
@@ -67,6 +71,8 @@ int cmd_make_tasks(int argc, char** argv, int first) {
     }
     if (used != s.size() || v < 256 || v > 1000000)
       throw UsageError("option '--lengths': '" + s + "' is not a length in 256..1000000 tokens");
+    if (o.score_last > v / 2 && std::find(kinds.begin(), kinds.end(), t::TaskKind::Perplexity) != kinds.end())
+      throw UsageError("option '--score-last': " + std::to_string(o.score_last) + " tokens is more than half of length " + s);
     lengths.push_back(v);
   }
   if (lengths.empty()) throw UsageError("option '--lengths' gives no length");

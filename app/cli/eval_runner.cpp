@@ -30,6 +30,22 @@ EvalRunResult run_world_eval(vision::ChatEngine& engine, const std::vector<visio
       for (size_t t = 0; t < conv.turns.size(); ++t) {
         const w::WorldTurn& turn = conv.turns[t];
         const auto t0 = std::chrono::steady_clock::now();
+        if (turn.score_last > 0) {  // a scoring turn: perplexity of the text's end, nothing generated
+          const ContinuationScore sc = engine.score_text(turn.text, turn.score_last, options.cancel);
+          w::EvalRecord r;
+          r.id = conv.id;
+          r.type = turn.type;
+          r.n_images = conv.n_images;
+          r.kv_entries = sc.kv_entries;
+          r.kv_bytes = sc.kv_bytes;
+          r.peak_kv_entries = sc.peak_kv_entries;
+          r.scored_tokens = sc.scored_tokens;
+          r.nll = sc.nll;
+          r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+          out.eviction_events += sc.eviction_events;
+          recs.push_back(std::move(r));
+          continue;
+        }
         engine.add_user_turn(turn.text, turn.images, options.cancel);
         const GenerationResult result = options.gold_history
                                             ? engine.respond_then_give(turn.answer, options.params, {}, options.cancel)

@@ -112,7 +112,7 @@ TEST_CASE("tasks: every answer follows from the task's own text", "[tasks]") {
   const t::TokenCounter count = real_counter();
   t::TaskOptions o;
   o.seed = 7;
-  for (t::TaskKind kind : t::kAllTaskKinds)
+  for (t::TaskKind kind : t::kQuestionTaskKinds)
     for (int64_t length : {512, 1024, 3000})
       for (int64_t i = 0; i < 4; ++i) {
         const t::LongContextTask task = t::make_long_context_task(corpus(), count, kind, length, i, o);
@@ -185,7 +185,7 @@ TEST_CASE("tasks: haystacks come from their split's documents only; same key, sa
   for (const std::string split : {"train", "test"}) {
     t::TaskOptions o;
     o.split = split;
-    for (t::TaskKind kind : t::kAllTaskKinds) {
+    for (t::TaskKind kind : t::kQuestionTaskKinds) {
       const t::LongContextTask task = t::make_long_context_task(corpus(), count, kind, 2048, 3, o);
       INFO(task.id << " " << split);
       for (const std::string& id : task.documents) CHECK(by_id.at(id)->split == split);

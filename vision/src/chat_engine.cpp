@@ -187,6 +187,15 @@ GenerationResult ChatEngine::respond_then_give(const std::string& given, const G
   return m_impl->session->generate_then_give(given, params, on_text, cancel);
 }
 
+ContinuationScore ChatEngine::score_text(const std::string& text, int64_t last_tokens,
+                                         const std::atomic<bool>* cancel) {
+  const Tokenizer* tok = m_impl->model->text.tokenizer.get();
+  TRIMKV_CHECK(tok, Input, "model '", m_impl->model->text.dir, "' has no tokenizer: cannot score text");
+  Session one(m_impl->model->text, m_impl->model->encoder, m_impl->session_options());
+  m_impl->configure(one, &m_impl->eviction);
+  return one.score_tokens(tok->encode(text, true), last_tokens, cancel);
+}
+
 void ChatEngine::reset() { m_impl->session->reset(); }
 
 bool ChatEngine::answers_open_thinking() const {

@@ -284,6 +284,22 @@ void Session::set_encoder(std::shared_ptr<const TurnEncoder> encoder) {
   m_encoder = std::move(encoder);
 }
 
+ContinuationScore Session::score_tokens(const std::vector<int32_t>& ids, int64_t last,
+                                        const std::atomic<bool>* cancel) {
+  TRIMKV_CHECK(last >= 1 && last < static_cast<int64_t>(ids.size()), Input, "cannot score the last ", last,
+               " tokens of a text of ", ids.size(), " (at least one token must come before them)");
+  reset();
+  const auto split = ids.end() - static_cast<std::ptrdiff_t>(last);
+  try {
+    const ContinuationScore s = score_continuation(*m_runner, {ids.begin(), split}, {split, ids.end()}, cancel);
+    reset();
+    return s;
+  } catch (...) {
+    reset();
+    throw;
+  }
+}
+
 void Session::reset() {
   m_stored.clear();
   m_ids.clear();

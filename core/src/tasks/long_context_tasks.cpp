@@ -142,13 +142,15 @@ const char* task_kind_name(TaskKind kind) {
     case TaskKind::MultiKey: return "multikey";
     case TaskKind::MultiTurn: return "multiturn";
     case TaskKind::VariableTracking: return "vartrack";
+    case TaskKind::Perplexity: return "ppl";
   }
   return "?";
 }
 
 std::optional<TaskKind> task_kind_named(std::string_view name) {
-  for (TaskKind k : kAllTaskKinds)
+  for (TaskKind k : kQuestionTaskKinds)
     if (name == task_kind_name(k)) return k;
+  if (name == task_kind_name(TaskKind::Perplexity)) return TaskKind::Perplexity;
   return std::nullopt;
 }
 
@@ -163,6 +165,8 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
   TRIMKV_CHECK(index >= 0, Input, "task index must be >= 0, got ", index);
   TRIMKV_CHECK(o.keys >= 2 && o.keys <= 8, Input, "keys must be in 2..8, got ", o.keys);
   TRIMKV_CHECK(o.hops >= 2 && o.hops <= 6, Input, "hops must be in 2..6, got ", o.hops);
+  TRIMKV_CHECK(kind != TaskKind::Perplexity || (o.score_last >= 1 && o.score_last <= length / 2), Input,
+               "tokens scored must be in 1..", length / 2, " (half the length), got ", o.score_last);
   std::vector<const HaystackDocument*> docs;
   for (const HaystackDocument& d : corpus)
     if (d.split == o.split) docs.push_back(&d);
@@ -244,6 +248,11 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
       one_turn(placed, "What number is " + names.back() + " equal to?", value);
       break;
     }
+    case TaskKind::Perplexity: {
+      const std::vector<std::string> paragraphs = cut_haystack(rng, docs, count, length, t.documents);
+      t.turns.push_back({join(paragraphs, "\n\n"), "", type, o.score_last});
+      break;
+    }
   }
   for (const TaskTurn& turn : t.turns) t.tokens += count(turn.text);
   return t;
@@ -253,7 +262,10 @@ std::string task_json(const LongContextTask& t, const TaskOptions& o) {
   using ojson = nlohmann::ordered_json;
   ojson turns = ojson::array();
   for (const TaskTurn& turn : t.turns)
-    turns.push_back({{"text", turn.text}, {"answer", turn.answer}, {"type", turn.type}, {"about", ojson::array()}});
+    if (turn.score_last > 0)
+      turns.push_back({{"text", turn.text}, {"score_last", turn.score_last}, {"type", turn.type}});
+    else
+      turns.push_back({{"text", turn.text}, {"answer", turn.answer}, {"type", turn.type}, {"about", ojson::array()}});
   const ojson task = {{"kind", task_kind_name(t.kind)}, {"length", t.length},    {"tokens", t.tokens},
                       {"depths", t.depths},              {"documents", t.documents}, {"split", o.split},
                       {"seed", o.seed}};

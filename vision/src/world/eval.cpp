@@ -1,6 +1,7 @@
 // World evaluation: replay records, answer scoring, breakdowns.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -37,7 +38,15 @@ std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit
       for (const auto& t : j.at("turns")) {
         WorldTurn turn;
         turn.text = t.at("text").get<std::string>();
-        turn.answer = t.at("answer").get<std::string>();
+        if (t.contains("score_last")) {
+          turn.score_last = t.at("score_last").get<int64_t>();
+          TRIMKV_CHECK(turn.score_last > 0, Format, where(), ": score_last must be positive, got ", turn.score_last);
+          TRIMKV_CHECK(!t.contains("answer"), Format, where(), ": a turn has an answer or a score_last, not both");
+          TRIMKV_CHECK(j.at("turns").size() == 1 && rec.n_images == 0, Format, where(),
+                       ": a scoring turn (score_last) must be the conversation's only turn, without images");
+        } else {
+          turn.answer = t.at("answer").get<std::string>();
+        }
         turn.type = t.value("type", std::string());
         for (size_t at = turn.text.find(kImageToken); at != std::string::npos;
              at = turn.text.find(kImageToken, at + 1)) {
@@ -112,15 +121,22 @@ bool answer_correct(std::string_view expected, std::string_view generated, Answe
   return false;
 }
 
+double NllSum::perplexity() const { return tokens > 0 ? std::exp(nll / static_cast<double>(tokens)) : 0.0; }
+
 EvalSummary summarize(const std::vector<EvalRecord>& records) {
   EvalSummary s;
   double kv_sum = 0, bytes_sum = 0;
   for (const EvalRecord& r : records) {
-    s.all.add(r.correct);
-    s.by_type[r.type].add(r.correct);
-    s.by_images_since[r.images_since].add(r.correct);
-    s.by_turns_since[r.turns_since].add(r.correct);
-    s.by_n_images[r.n_images].add(r.correct);
+    if (r.scored_tokens > 0) {
+      s.scored.add(r);
+      s.scored_by_type[r.type].add(r);
+    } else {
+      s.all.add(r.correct);
+      s.by_type[r.type].add(r.correct);
+      s.by_images_since[r.images_since].add(r.correct);
+      s.by_turns_since[r.turns_since].add(r.correct);
+      s.by_n_images[r.n_images].add(r.correct);
+    }
     s.max_kv_entries = std::max(s.max_kv_entries, r.kv_entries);
     kv_sum += static_cast<double>(r.kv_entries);
     s.max_kv_bytes = std::max(s.max_kv_bytes, r.kv_bytes);
@@ -153,6 +169,14 @@ std::string summary_json(const EvalSummary& s) {
   nlohmann::ordered_json by_n = nlohmann::ordered_json::object();
   for (const auto& [k, t] : s.by_n_images) by_n[std::to_string(k)] = tally_json(t);
   j["by_n_images"] = by_n;
+  if (s.scored.tokens > 0) {
+    auto nll_json = [](const NllSum& n) { return nlohmann::ordered_json{{"value", n.perplexity()}, {"tokens", n.tokens}}; };
+    nlohmann::ordered_json ppl = nll_json(s.scored);
+    nlohmann::ordered_json ppl_by_type = nlohmann::ordered_json::object();
+    for (const auto& [type, n] : s.scored_by_type) ppl_by_type[type] = nll_json(n);
+    ppl["by_type"] = ppl_by_type;
+    j["perplexity"] = ppl;
+  }
   j["kv_entries"] = {{"max", s.max_kv_entries}, {"mean", s.mean_kv_entries}};
   j["kv_peak_entries"] = s.max_kv_entries;
   j["kv_mean_entries"] = s.mean_kv_entries;
@@ -175,6 +199,12 @@ std::string record_json(const EvalRecord& r) {
                                     {"kv_entries", r.kv_entries},
                                     {"kv_bytes", r.kv_bytes},
                                     {"ms", r.ms}};
+  if (r.scored_tokens > 0) {
+    nlohmann::ordered_json k = j;
+    k["scored_tokens"] = r.scored_tokens;
+    k["nll"] = r.nll;
+    return k.dump();
+  }
   return j.dump();
 }
 

@@ -13,6 +13,9 @@
 //              asks for the other, so the answer needs an entry kept across turns;
 //   vartrack   a chain of assignments spread through the text ("Let QKX be 4821." ... "Let TRB
 //              equal QKX."); "What number is TRB equal to?"
+//   ppl        language modelling: a stretch of one document (running into another when it ends),
+//              raw text without chat template, whose last `score_last` tokens are scored
+//              (perplexity, eval's scoring turns).
 // Each task is a pure function of (corpus, seed, split, kind, length, index): the random numbers
 // come from PortableRng, the lengths from the caller's token counter (the model's tokenizer).
 // Written as world-conversation JSONL lines (no images), which `trimkv eval`, `eval-sweep` and
@@ -40,10 +43,10 @@ struct HaystackDocument {
 // train/test, an empty text or an id given twice.
 std::vector<HaystackDocument> read_haystack_corpus(const std::string& path);
 
-enum class TaskKind { Needle, MultiKey, MultiTurn, VariableTracking };
-inline constexpr TaskKind kAllTaskKinds[] = {TaskKind::Needle, TaskKind::MultiKey, TaskKind::MultiTurn,
-                                             TaskKind::VariableTracking};
-const char* task_kind_name(TaskKind kind);  // needle, multikey, multiturn, vartrack
+enum class TaskKind { Needle, MultiKey, MultiTurn, VariableTracking, Perplexity };
+inline constexpr TaskKind kQuestionTaskKinds[] = {TaskKind::Needle, TaskKind::MultiKey, TaskKind::MultiTurn,
+                                                  TaskKind::VariableTracking};
+const char* task_kind_name(TaskKind kind);  // needle, multikey, multiturn, vartrack, ppl
 std::optional<TaskKind> task_kind_named(std::string_view name);
 
 // Tokens in a text (without special tokens); the generator sizes haystacks with it.
@@ -54,12 +57,14 @@ struct TaskOptions {
   uint64_t seed = 0;
   int keys = 4;   // multikey: facts in the haystack, one of them asked (2..8)
   int hops = 2;   // vartrack: variables in the chain (2..6)
+  int64_t score_last = 256;  // ppl: tokens scored at the end (1..length/2)
 };
 
 struct TaskTurn {
-  std::string text;    // the user's message
-  std::string answer;  // the expected value ("4821")
+  std::string text;    // the user's message (ppl: the raw text)
+  std::string answer;  // the expected value ("4821"); empty for ppl
   std::string type;    // kind@length, e.g. "needle@2k": eval reports accuracy per task and length
+  int64_t score_last = 0;  // ppl: the tokens scored at the end of `text` (0: a question)
 };
 
 struct LongContextTask {
@@ -82,7 +87,8 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
                                        TaskKind kind, int64_t length, int64_t index, const TaskOptions& options);
 
 // One JSONL line (no newline): {"id", "images": [], "turns": [{"text", "answer", "type",
-// "about": []}], "task": {"kind", "length", "tokens", "depths", "documents", "split", "seed"}}.
+// "about": []}], "task": {"kind", "length", "tokens", "depths", "documents", "split", "seed"}};
+// a ppl turn has "score_last": N in place of "answer".
 std::string task_json(const LongContextTask& task, const TaskOptions& options);
 
 }  // namespace trimkv::tasks

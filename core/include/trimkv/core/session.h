@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "trimkv/core/chat_template.h"
+#include "trimkv/core/continuation_score.h"
 #include "trimkv/core/conversation_types.h"
 #include "trimkv/core/eviction_settings.h"
 #include "trimkv/core/evictor.h"
@@ -134,6 +135,11 @@ class Session {
   GenerationResult generate_then_give(const std::string& given, const GenerationParams& params,
                                       const TextCallback& on_text = {},
                                       const std::atomic<bool>* cancel = nullptr);
+  // Perplexity of the last `last` tokens of `ids` under the session's eviction policy
+  // (continuation_score.h), as raw text on a fresh stream: the conversation is reset before and
+  // after. Error{Input} unless 1 <= last < ids.size().
+  ContinuationScore score_tokens(const std::vector<int32_t>& ids, int64_t last,
+                                 const std::atomic<bool>* cancel = nullptr);
   // Forgets everything (the cache keeps its capacity).
   void reset();
   // Renders the next conversations with `encoder` (e.g. other template variables): the

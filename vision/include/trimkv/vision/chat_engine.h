@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "trimkv/core/continuation_score.h"
 #include "trimkv/core/conversation_types.h"
 #include "trimkv/core/engine.h"
 #include "trimkv/core/generation_types.h"
@@ -96,6 +97,14 @@ class ChatEngine {
                             const GenerationParams& params, const EvictionSettings& eviction,
                             bool chat_template = false, const TextCallback& on_text = {},
                             const std::atomic<bool>* cancel = nullptr);
+
+  // Perplexity of the last `last_tokens` tokens of `text` (tokenized as raw text, with the
+  // tokenizer's own special tokens) under the conversation's eviction policy (set_eviction), on a
+  // fresh stream of its own: the conversation is not touched. Error{Input} for a model without a
+  // tokenizer, a text too short to score that many tokens after one of context, or one past the
+  // position limit.
+  ContinuationScore score_text(const std::string& text, int64_t last_tokens,
+                               const std::atomic<bool>* cancel = nullptr);
 
   // --- the conversation -----------------------------------------------------------------------
   // Puts the conversation's KV cache under an eviction policy from now on (checked as above;

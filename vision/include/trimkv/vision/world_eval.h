@@ -22,6 +22,9 @@ struct WorldTurn {
   std::vector<int> about;           // 0-based conversation images the answer depends on
   int images_since = 0;  // images shown after the newest image the answer needs (0: the newest)
   int turns_since = 0;   // user turns since the oldest image the answer needs was shown
+  // A scoring turn (long-context "ppl" tasks): the perplexity of the text's last score_last
+  // tokens, the text fed raw (no chat template), nothing generated; answer is empty. 0: a question.
+  int64_t score_last = 0;
 };
 
 struct WorldRecord {
@@ -31,10 +34,11 @@ struct WorldRecord {
   std::vector<WorldTurn> turns;
 };
 
-// Reads a world JSONL (write_world's format) for replay; at most `limit` conversations when
-// limit >= 0. Error{Io} for a missing file; Error{Format} naming the file and line for a
-// malformed line, a placeholder count that differs from the images, or an "about" image not yet
-// shown. With `errors`, a bad line is skipped instead and its message ("FILE:LINE: ...") appended
+// Reads a world JSONL (write_world's format, or make-tasks') for replay; at most `limit`
+// conversations when limit >= 0. A turn has "answer", or "score_last" (a positive token count) in
+// a conversation of that one turn and no images. Error{Io} for a missing file; Error{Format}
+// naming the file and line for a malformed line, a placeholder count that differs from the
+// images, an "about" image not yet shown, or a scoring turn that is not alone. With `errors`, a bad line is skipped instead and its message ("FILE:LINE: ...") appended
 // there (the limit counts lines read, good or bad); Error{Io} is still thrown for the file.
 std::vector<WorldRecord> read_world_jsonl(const std::string& path, int64_t limit = -1,
                                           std::vector<std::string>* errors = nullptr);
@@ -68,6 +72,10 @@ struct EvalRecord {
   int64_t kv_bytes = 0;    // same, in bytes
   int64_t peak_kv_entries = 0;  // the most held during the turn, before compressions (not summarized)
   double ms = 0;           // wall time of the turn (prefill + answer)
+  // Scoring turns: tokens scored and the sum of their -ln p (correct stays false; they count in
+  // the perplexity, not the accuracy).
+  int64_t scored_tokens = 0;
+  double nll = 0;
 };
 
 struct Tally {
@@ -76,9 +84,19 @@ struct Tally {
   void add(bool ok) { ++n, correct += ok ? 1 : 0; }
 };
 
+// Perplexity over scoring turns: exp(nll / tokens).
+struct NllSum {
+  int64_t tokens = 0;
+  double nll = 0;
+  double perplexity() const;  // 0 when no token
+  void add(const EvalRecord& r) { tokens += r.scored_tokens, nll += r.nll; }
+};
+
 struct EvalSummary {
-  Tally all;
+  Tally all;  // questions only
   std::map<std::string, Tally> by_type;
+  NllSum scored;                              // scoring turns
+  std::map<std::string, NllSum> scored_by_type;
   std::map<int, Tally> by_images_since;  // 0..7
   std::map<int, Tally> by_turns_since;   // 0..5
   std::map<int, Tally> by_n_images;      // images in the conversation
@@ -92,6 +110,7 @@ struct EvalSummary {
 
 EvalSummary summarize(const std::vector<EvalRecord>& records);
 // {"accuracy", "n", "correct", "failures", "by_type": {type: {"accuracy", "n", "correct"}},
+// "perplexity": {"value", "tokens", "by_type": {type: {"value", "tokens"}}} (when any turn scored),
 // "by_images_since": {...}, "by_turns_since": {...}, "by_n_images": {...}, "kv_entries": {"max",
 // "mean"}, "kv_peak_entries", "kv_mean_entries", "kv_peak_bytes", "kv_mean_bytes", "seconds"}
 // (2-space indent).
