@@ -102,21 +102,28 @@ void write_markdown(const std::string& path, const std::vector<Row>& rows) {
   write_file_atomic(path, out.str());
 }
 
-// sweep.png: one line per policy (budget entries, accuracy), the full cache as reference.
+// sweep.png: one line per policy (budget entries, accuracy; or perplexity when the data holds
+// only scoring turns), the full cache as reference.
 void write_plot(const std::string& path, const std::vector<Row>& rows) {
-  double full_acc = 0, full_entries = 0;
+  const bool ppl = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.cells[4] == "0"; }) &&
+                   std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.cells[11].empty(); });
+  const size_t column = ppl ? 11 : 3;
+  double full_value = 0, full_entries = 0;
   std::vector<vision::world::PlotSeries> series;
   for (const Row& r : rows) {
+    if (r.cells[column].empty()) continue;
     if (r.policy == "full") {
-      full_acc = std::stod(r.cells[3]);
+      full_value = std::stod(r.cells[column]);
       full_entries = std::stod(r.cells[7]);
       continue;
     }
     auto it = std::find_if(series.begin(), series.end(), [&](const auto& s) { return s.name == r.policy; });
     if (it == series.end()) it = series.insert(series.end(), {r.policy, {}});
-    it->points.emplace_back(std::stod(r.cells[2]), std::stod(r.cells[3]));
+    it->points.emplace_back(std::stod(r.cells[2]), std::stod(r.cells[column]));
   }
-  vision::world::write_accuracy_plot(path, series, full_acc, full_entries);
+  vision::world::PlotStyle style;
+  if (ppl) style = {"perplexity (lower is better)", false};
+  vision::world::write_accuracy_plot(path, series, full_value, full_entries, style);
 }
 
 }  // namespace

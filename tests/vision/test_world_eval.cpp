@@ -2,7 +2,10 @@
 // breakdowns.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 
 #include "test_util.h"
 #include "trimkv/core/error.h"
@@ -144,4 +147,31 @@ TEST_CASE("world eval: summaries count by type and distance", "[world][eval]") {
   const auto line = nlohmann::json::parse(w::record_json(records[1]));
   CHECK(line.at("generated") == "2");
   CHECK(line.at("correct") == false);
+}
+
+TEST_CASE("world eval: sweep figure ticks are round and cover the range", "[world][eval][plot]") {
+  auto round_value = [](double v) {  // m x 10^k with m in {1, 2, 2.5, 5}
+    if (v == 0) return true;
+    const double mag = std::pow(10.0, std::floor(std::log10(std::abs(v)) + 1e-12));
+    const double m = std::abs(v) / mag;
+    for (double ok : {1.0, 2.0, 2.5, 5.0, 10.0})
+      if (std::abs(m - ok) < 1e-9) return true;
+    return false;
+  };
+  for (const auto& [lo, hi, n] : std::vector<std::tuple<double, double, int>>{
+           {0, 1, 6}, {0.4, 1, 6}, {0, 3544, 6}, {354, 1772, 5}, {12.3, 17.9, 6}, {-3, 7, 4}, {0.001, 0.0042, 5}}) {
+    const std::vector<double> t = w::round_ticks(lo, hi, n);
+    INFO(lo << ".." << hi);
+    REQUIRE(t.size() >= 2);
+    CHECK(static_cast<int>(t.size()) <= n);
+    CHECK(t.front() >= lo - 1e-12);
+    CHECK(t.back() <= hi + 1e-12);
+    const double step = t[1] - t[0];
+    CHECK(round_value(step));
+    for (size_t i = 1; i < t.size(); ++i) CHECK(t[i] - t[i - 1] == Approx(step));
+    CHECK(t.front() - lo < step + 1e-12);  // no room for another tick at either end
+    CHECK(hi - t.back() < step + 1e-12);
+  }
+  CHECK(w::round_log_ticks(4.2, 110) == std::vector<double>{5, 10, 20, 50, 100});
+  CHECK(w::round_log_ticks(0.9, 2.1) == std::vector<double>{1, 2});
 }

@@ -118,14 +118,24 @@ std::string summary_json(const EvalSummary& summary);
 // One JSON object (one line) per record.
 std::string record_json(const EvalRecord& record);
 
-// Accuracy vs KV budget (eval-sweep): one line per policy through its (budget entries, accuracy)
-// points, the full cache as a dashed horizontal reference line at `full_accuracy` (its peak
-// entries `full_entries` as the x axis's end), a legend; written as an RGB PNG. Error{Io}.
+// A metric vs KV budget (eval-sweep): one line per policy through its (budget entries, value)
+// points, each labelled at its end; the full cache as a dashed horizontal reference at
+// `full_value` with its point at 100%. With `full_entries` (the full cache's peak) > 0 the x axis
+// is the budget in % of it (log scale when the budgets span 4x or more, ticks 1-2-5 per decade)
+// with the same ticks in entries along the top; else entries. Written as an RGB PNG. Error{Io}.
 struct PlotSeries {
   std::string name;
-  std::vector<std::pair<double, double>> points;  // (entries, accuracy in [0, 1])
+  std::vector<std::pair<double, double>> points;  // (entries, value)
 };
-void write_accuracy_plot(const std::string& path, const std::vector<PlotSeries>& series, double full_accuracy,
-                         double full_entries);
+struct PlotStyle {
+  std::string y_label = "accuracy";
+  bool fraction = true;  // values in [0, 1], shown as %; false: any values (perplexity)
+};
+void write_accuracy_plot(const std::string& path, const std::vector<PlotSeries>& series, double full_value,
+                         double full_entries, const PlotStyle& style = {});
+// Round axis ticks: multiples of 1, 2, 2.5 or 5 x 10^k covering [lo, hi], at most max_ticks; on a
+// log axis 1, 2 and 5 x 10^k inside [lo, hi].
+std::vector<double> round_ticks(double lo, double hi, int max_ticks);
+std::vector<double> round_log_ticks(double lo, double hi);
 
 }  // namespace trimkv::vision::world
