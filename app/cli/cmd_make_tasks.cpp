@@ -23,13 +23,16 @@ int cmd_make_tasks(int argc, char** argv, int first) {
       {"model", "DIR", "checkpoint folder or .gguf file whose tokenizer measures the lengths"},
       {"out", "FILE", "JSONL file to write (replaced atomically)"},
       {"split", "NAME", "train | test: whose corpus documents make the haystacks (default test)"},
-      {"tasks", "A,B,...", "task kinds: needle, multikey, multiturn, vartrack (default: these four), ppl (perplexity of a text's last tokens)"},
+      {"tasks", "A,B,...",
+       "task kinds: needle, multikey, multiturn, vartrack (default: these four), ppl (perplexity of a text's last "
+       "tokens), text (plain text lines for train-gates)"},
       {"lengths", "N,...", "target lengths in tokens of the user messages, at least 256 (default 1024,2048,4096)"},
       ranged_int("n", "N", "tasks per kind and length (default 10)", 1, 1000000),
       ranged_int("seed", "S", "seed (default 0)", 0, 2147483647),
       ranged_int("keys", "K", "multikey: facts in the haystack, one asked (default 4)", 2, 8),
       ranged_int("hops", "H", "vartrack: variables in the chain (default 2)", 2, 6),
       ranged_int("score-last", "N", "ppl: tokens scored at the end of each text, at most half its length (default 256)", 1, 500000),
+      {"sentence-answers", "", "answers as the whole sentence a model replies (training data for train-gates)"},
       {"help", "", "show this help"},
   };
   Args args("make-tasks", specs, argc, argv, first);
@@ -51,12 +54,13 @@ int cmd_make_tasks(int argc, char** argv, int first) {
   o.keys = args.get_int("keys", 4);
   o.hops = args.get_int("hops", 2);
   o.score_last = args.get_int64("score-last", 256);
+  o.sentence_answers = args.flag("sentence-answers");
   const int n = args.get_int("n", 10);
   std::vector<t::TaskKind> kinds;
   for (const std::string& name : split_list(args.get("tasks", "needle,multikey,multiturn,vartrack"), ',')) {
     const auto k = t::task_kind_named(name);
     if (!k)
-      throw UsageError("option '--tasks': unknown task '" + name + "' (needle, multikey, multiturn, vartrack, ppl)");
+      throw UsageError("option '--tasks': unknown task '" + name + "' (needle, multikey, multiturn, vartrack, ppl, text)");
     kinds.push_back(*k);
   }
   if (kinds.empty()) throw UsageError("option '--tasks' gives no task");

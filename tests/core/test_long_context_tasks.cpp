@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <string>
@@ -249,4 +250,33 @@ TEST_CASE("tasks: bad corpora and options are refused by name", "[tasks]") {
   const t::LongContextTask task = t::make_long_context_task(docs, words, t::TaskKind::Needle, 1024, 0, o);
   CHECK(task.tokens > 1024 * 7 / 10);
   CHECK(task.tokens < 1024 * 21 / 20);
+}
+
+TEST_CASE("tasks: training forms: whole-sentence answers, plain text lines", "[tasks]") {
+  const t::TokenCounter count = real_counter();
+  t::TaskOptions o;
+  o.split = "train";
+  t::TaskOptions sentences = o;
+  sentences.sentence_answers = true;
+  for (t::TaskKind kind : t::kQuestionTaskKinds) {
+    const t::LongContextTask value = t::make_long_context_task(corpus(), count, kind, 1024, 2, o);
+    const t::LongContextTask sentence = t::make_long_context_task(corpus(), count, kind, 1024, 2, sentences);
+    INFO(value.id);
+    REQUIRE(value.turns.size() == sentence.turns.size());
+    std::string all;  // the conversation's text: a later turn may ask about an earlier fact
+    for (const auto& turn : value.turns) all += turn.text;
+    for (size_t k = 0; k < value.turns.size(); ++k) {
+      CHECK(value.turns[k].text == sentence.turns[k].text);  // the same task, only the answer's form differs
+      const std::string& a = sentence.turns[k].answer;
+      CHECK(a.size() > value.turns[k].answer.size() + 10);
+      CHECK(a.find(value.turns[k].answer + ".") == a.size() - 5);  // "... 4821."
+      if (kind != t::TaskKind::VariableTracking) CHECK(all.find(a) != std::string::npos);
+    }
+  }
+  const t::LongContextTask text = t::make_long_context_task(corpus(), count, t::TaskKind::Text, 1024, 0, o);
+  const nlohmann::json j = nlohmann::json::parse(t::task_json(text, o));
+  CHECK(j.at("text").get<std::string>() == text.turns[0].text);
+  CHECK_FALSE(j.contains("turns"));
+  CHECK(j.at("task").at("kind") == "text");
+  CHECK(std::abs(text.tokens - 1024) <= 1024 / 20);
 }

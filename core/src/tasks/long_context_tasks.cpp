@@ -28,6 +28,7 @@ struct Fact {
   std::string sentence;  // placed in the haystack
   std::string question;  // asks for it
   std::string value;
+  std::string reply;     // the whole-sentence answer
 };
 
 std::vector<std::string> split_on(const std::string& text, std::string_view sep) {
@@ -119,7 +120,8 @@ std::vector<Fact> code_facts(PortableRng& rng, size_t n, bool same_object) {
   for (size_t i = 0; i < n; ++i) {
     const std::string key =
         std::string("the ") + kColours[colours[i]] + " " + kObjects[same_object ? object : rng.index(std::size(kObjects))];
-    out.push_back({"The code for " + key + " is " + values[i] + ".", "What is the code for " + key + "?", values[i]});
+    const std::string sentence = "The code for " + key + " is " + values[i] + ".";
+    out.push_back({sentence, "What is the code for " + key + "?", values[i], sentence});
   }
   return out;
 }
@@ -143,6 +145,7 @@ const char* task_kind_name(TaskKind kind) {
     case TaskKind::MultiTurn: return "multiturn";
     case TaskKind::VariableTracking: return "vartrack";
     case TaskKind::Perplexity: return "ppl";
+    case TaskKind::Text: return "text";
   }
   return "?";
 }
@@ -150,7 +153,8 @@ const char* task_kind_name(TaskKind kind) {
 std::optional<TaskKind> task_kind_named(std::string_view name) {
   for (TaskKind k : kQuestionTaskKinds)
     if (name == task_kind_name(k)) return k;
-  if (name == task_kind_name(TaskKind::Perplexity)) return TaskKind::Perplexity;
+  for (TaskKind k : {TaskKind::Perplexity, TaskKind::Text})
+    if (name == task_kind_name(k)) return k;
   return std::nullopt;
 }
 
@@ -186,6 +190,7 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
   const double asked_depth = kDepths[index % static_cast<int64_t>(std::size(kDepths))];
   const int64_t intro = count(kIntro) + 2;
 
+  auto answer_of = [&](const Fact& f) { return o.sentence_answers ? f.reply : f.value; };
   auto one_turn = [&](const std::vector<std::pair<double, std::string>>& placed, const std::string& question,
                       const std::string& answer) {
     int64_t overhead = intro + count(question) + 2;
@@ -200,7 +205,7 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
     case TaskKind::Needle: {
       const Fact f = code_facts(rng, 1, false)[0];
       t.depths = {asked_depth};
-      one_turn({{asked_depth, f.sentence}}, f.question, f.value);
+      one_turn({{asked_depth, f.sentence}}, f.question, answer_of(f));
       break;
     }
     case TaskKind::MultiKey: {
@@ -208,7 +213,7 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
       std::vector<std::pair<double, std::string>> placed = {{asked_depth, facts[0].sentence}};
       for (size_t i = 1; i < facts.size(); ++i) placed.emplace_back(0.05 + 0.9 * rng.uniform01(), facts[i].sentence);
       t.depths = {asked_depth};
-      one_turn(placed, facts[0].question, facts[0].value);
+      one_turn(placed, facts[0].question, answer_of(facts[0]));
       break;
     }
     case TaskKind::MultiTurn: {
@@ -221,13 +226,13 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
       int64_t overhead = intro + count(facts[0].question) + count(facts[0].sentence) + count(facts[1].sentence) + 4;
       std::vector<std::string> p1 = cut_haystack(rng, docs, count, std::max<int64_t>(64, first - overhead), t.documents);
       place(p1, {{asked_depth, facts[0].sentence}, {d2, facts[1].sentence}});
-      t.turns.push_back({message(p1, facts[0].question, true), facts[0].value, type});
+      t.turns.push_back({message(p1, facts[0].question, true), answer_of(facts[0]), type});
       const std::string again = "Here is more text.";
       overhead = count(again) + count(facts[1].question) + 4;
       std::vector<std::string> p2 =
           cut_haystack(rng, docs, count, std::max<int64_t>(64, length - first - overhead), t.documents);
       p2.insert(p2.begin(), again);
-      t.turns.push_back({message(p2, facts[1].question, false), facts[1].value, type});
+      t.turns.push_back({message(p2, facts[1].question, false), answer_of(facts[1]), type});
       break;
     }
     case TaskKind::VariableTracking: {
@@ -245,12 +250,14 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
       placed.emplace_back(at[0], "Let " + names[0] + " be " + value + ".");
       for (size_t i = 1; i < names.size(); ++i) placed.emplace_back(at[i], "Let " + names[i] + " equal " + names[i - 1] + ".");
       t.depths = at;
-      one_turn(placed, "What number is " + names.back() + " equal to?", value);
+      one_turn(placed, "What number is " + names.back() + " equal to?",
+               o.sentence_answers ? names.back() + " is equal to " + value + "." : value);
       break;
     }
-    case TaskKind::Perplexity: {
+    case TaskKind::Perplexity:
+    case TaskKind::Text: {
       const std::vector<std::string> paragraphs = cut_haystack(rng, docs, count, length, t.documents);
-      t.turns.push_back({join(paragraphs, "\n\n"), "", type, o.score_last});
+      t.turns.push_back({join(paragraphs, "\n\n"), "", type, kind == TaskKind::Perplexity ? o.score_last : 0});
       break;
     }
   }
@@ -260,15 +267,16 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
 
 std::string task_json(const LongContextTask& t, const TaskOptions& o) {
   using ojson = nlohmann::ordered_json;
+  const ojson task = {{"kind", task_kind_name(t.kind)}, {"length", t.length},    {"tokens", t.tokens},
+                      {"depths", t.depths},              {"documents", t.documents}, {"split", o.split},
+                      {"seed", o.seed}};
+  if (t.kind == TaskKind::Text) return ojson{{"id", t.id}, {"text", t.turns.at(0).text}, {"task", task}}.dump();
   ojson turns = ojson::array();
   for (const TaskTurn& turn : t.turns)
     if (turn.score_last > 0)
       turns.push_back({{"text", turn.text}, {"score_last", turn.score_last}, {"type", turn.type}});
     else
       turns.push_back({{"text", turn.text}, {"answer", turn.answer}, {"type", turn.type}, {"about", ojson::array()}});
-  const ojson task = {{"kind", task_kind_name(t.kind)}, {"length", t.length},    {"tokens", t.tokens},
-                      {"depths", t.depths},              {"documents", t.documents}, {"split", o.split},
-                      {"seed", o.seed}};
   return ojson{{"id", t.id}, {"images", ojson::array()}, {"turns", turns}, {"task", task}}.dump();
 }
 

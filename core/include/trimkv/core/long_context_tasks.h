@@ -15,7 +15,8 @@
 //              equal QKX."); "What number is TRB equal to?"
 //   ppl        language modelling: a stretch of one document (running into another when it ends),
 //              raw text without chat template, whose last `score_last` tokens are scored
-//              (perplexity, eval's scoring turns).
+//              (perplexity, eval's scoring turns);
+//   text       the same stretch as a {"text": ...} line: plain text for train-gates.
 // Each task is a pure function of (corpus, seed, split, kind, length, index): the random numbers
 // come from PortableRng, the lengths from the caller's token counter (the model's tokenizer).
 // Written as world-conversation JSONL lines (no images), which `trimkv eval`, `eval-sweep` and
@@ -43,10 +44,10 @@ struct HaystackDocument {
 // train/test, an empty text or an id given twice.
 std::vector<HaystackDocument> read_haystack_corpus(const std::string& path);
 
-enum class TaskKind { Needle, MultiKey, MultiTurn, VariableTracking, Perplexity };
+enum class TaskKind { Needle, MultiKey, MultiTurn, VariableTracking, Perplexity, Text };
 inline constexpr TaskKind kQuestionTaskKinds[] = {TaskKind::Needle, TaskKind::MultiKey, TaskKind::MultiTurn,
                                                   TaskKind::VariableTracking};
-const char* task_kind_name(TaskKind kind);  // needle, multikey, multiturn, vartrack, ppl
+const char* task_kind_name(TaskKind kind);  // needle, multikey, multiturn, vartrack, ppl, text
 std::optional<TaskKind> task_kind_named(std::string_view name);
 
 // Tokens in a text (without special tokens); the generator sizes haystacks with it.
@@ -58,6 +59,9 @@ struct TaskOptions {
   int keys = 4;   // multikey: facts in the haystack, one of them asked (2..8)
   int hops = 2;   // vartrack: variables in the chain (2..6)
   int64_t score_last = 256;  // ppl: tokens scored at the end (1..length/2)
+  // Answers as the whole sentence a model would reply ("The code for the blue door is 4821.")
+  // instead of the value alone: training data for train-gates, whose labels are the answers.
+  bool sentence_answers = false;
 };
 
 struct TaskTurn {
@@ -88,7 +92,7 @@ LongContextTask make_long_context_task(const std::vector<HaystackDocument>& corp
 
 // One JSONL line (no newline): {"id", "images": [], "turns": [{"text", "answer", "type",
 // "about": []}], "task": {"kind", "length", "tokens", "depths", "documents", "split", "seed"}};
-// a ppl turn has "score_last": N in place of "answer".
+// a ppl turn has "score_last": N in place of "answer"; a text task is {"id", "text", "task"}.
 std::string task_json(const LongContextTask& task, const TaskOptions& options);
 
 }  // namespace trimkv::tasks
