@@ -92,7 +92,8 @@ int cmd_train_gates(int argc, char** argv, int first) {
               << s.n_warnings << " skipped or altered), " << gate_kind_name(o.kind) << " gates with "
               << s.gate_parameters << " parameters, budget " << o.budget << " per head ("
               << capacity_mode_name(o.capacity) << "), " << o.steps << " steps"
-              << (o.resume ? ", resuming" : "") << "\n";
+              << (o.resume ? ", resuming" : "")
+              << (s.chat_template ? "; conversations laid out with the model's chat template" : "") << "\n";
   };
   auto on_progress = [&](const TrainProgress& p) {
     if (json) {

@@ -12,6 +12,8 @@
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
 #include "trimkv/core/session.h"
+#include "trimkv/core/text_model.h"
+#include "trimkv/core/text_turn_encoder.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/vision/gate_training_media.h"
 #include "trimkv/vision/train_gates_vlm.h"
@@ -236,4 +238,47 @@ TEST_CASE("train_gates_vlm: a VLM folder trains end to end, warnings name the sk
   REQUIRE(setup.n_lines == 5);
   REQUIRE(warnings.size() == 3);
   CHECK_THAT(warnings[0], Catch::Contains("line 2") && Catch::Contains("missing.png"));
+}
+
+TEST_CASE("train_gates_vlm: a text instruct model's conversations follow its chat template, as chat shows them",
+          "[training][vision]") {
+  test::ScratchDir dir("text-layout");
+  const std::string data = dir.file("d.jsonl");
+  test::write_text(data,
+                   R"({"turns": [{"text": "Where is the key?", "answer": "Under the mat."}, {"text": "And the door?", "answer": "Blue."}]})"
+                   "\n"
+                   R"({"text": "plain words for the capacity loss"})"
+                   "\n");
+  // The layout: what a Session holds after the same two turns with the answers given.
+  auto model = std::make_shared<VlmModel>();
+  model->text = load_text_model(test::model_dir("llama_gqa"), {"f32"});
+  model->encoder = make_text_turn_encoder(model->text, {});
+  const VlmSampleEncoder layout(model);
+  DatasetOptions dopt;
+  dopt.media = &layout;
+  const Dataset ds = load_dataset(data, model->text, dopt);
+  REQUIRE(ds.samples.size() == 2);
+  Session session(model->text, model->encoder);
+  session.add_user_turn({ContentPart::text_part("Where is the key?")});
+  session.add_assistant_text("Under the mat.");
+  session.add_user_turn({ContentPart::text_part("And the door?")});
+  session.add_assistant_text("Blue.");
+  CHECK(ds.samples[0].ids == session.ids());
+  CHECK(ds.samples[1].ids == model->text.tokenizer->encode("plain words for the capacity loss", true));
+
+  // train-gates on the folder says so; the same folder without a template keeps the plain layout.
+  auto train = [&](const std::string& model_dir) {
+    TrainOptions o = small_options(dir.file("g.safetensors"));
+    o.model_dir = model_dir;
+    o.data_path = data;
+    o.steps = 1;
+    TrainSetup setup;
+    train_gates_vlm(o, {}, [&](const TrainSetup& s) { setup = s; });
+    return setup;
+  };
+  CHECK(train(test::model_dir("llama_gqa")).chat_template);
+  const std::string bare = dir.file("bare");
+  test::copy_model("llama_gqa", bare);
+  fs::remove(fs::path(bare) / "chat_template.jinja");
+  CHECK_FALSE(train(bare).chat_template);
 }

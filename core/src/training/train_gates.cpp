@@ -43,6 +43,7 @@ TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* med
     s.n_warnings = static_cast<int64_t>(data.warnings.size());
     s.gate_parameters = trainer.gates().parameter_count();
     s.model_dir = model.dir;
+    s.chat_template = media != nullptr;
     on_setup(s);
   }
   return trainer.run(on_progress, cancel);

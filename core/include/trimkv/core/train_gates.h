@@ -64,6 +64,9 @@ struct TrainSetup {
   int64_t n_samples = 0, n_lines = 0, n_warnings = 0;
   int64_t gate_parameters = 0;
   std::string model_dir;
+  // Conversation lines laid out by the model's chat template (VLMs, text instruct models) rather
+  // than as text "\n" answer <eos>.
+  bool chat_template = false;
 };
 
 // Loads options.model_dir and options.data_path, reports every dataset warning through
