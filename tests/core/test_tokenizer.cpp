@@ -401,3 +401,23 @@ TEST_CASE("Tokenizer::encode may be called from several threads at once", "[toke
   for (auto& thread : threads) thread.join();
   CHECK(n_mismatch == 0);
 }
+
+TEST_CASE("Tokenizer::encode applies NFD, NFKD, NFKC and a Sequence as Hugging Face tokenizers does",
+          "[tokenizer]") {
+  // tests/oracle/normalizer_fixtures.py: the SmolLM2 tokenizer.json with each normalizer, ids by
+  // the `tokenizers` library for texts whose normal forms differ.
+  const nlohmann::json src = trimkv::test::read_json(kDataDir + "/smollm2/tokenizer.json");
+  const nlohmann::json fixture = trimkv::test::read_json(kDataDir + "/normalizers.json");
+  trimkv::test::ScratchDir dir("normalizers");
+  REQUIRE(fixture.at("normalizers").size() == 4);
+  for (const auto& [name, entry] : fixture.at("normalizers").items()) {
+    nlohmann::json cfg = src;
+    cfg["normalizer"] = entry.at("normalizer");
+    trimkv::test::write_text(dir.file("tokenizer.json"), cfg.dump());
+    const Tokenizer tok = Tokenizer::from_file(dir.file("tokenizer.json"));
+    for (const auto& c : entry.at("cases")) {
+      INFO(name << ": \"" << c.at("text").get<std::string>() << "\"");
+      CHECK(tok.encode(c.at("text").get<std::string>(), false) == c.at("ids").get<std::vector<int32_t>>());
+    }
+  }
+}
