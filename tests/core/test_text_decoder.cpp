@@ -162,3 +162,34 @@ TEST_CASE("Weights load under both the legacy and the new VLM name schemes", "[d
     REQUIRE(max_diff(m.decoder->logits(h), f.logits[0]) < kLogitTol);
   }
 }
+
+TEST_CASE("TextDecoder applies linear and llama3 rope scaling as transformers does, from v4 and v5 keys",
+          "[decoder][oracle][rope]") {
+  // tests/oracle/rope_fixtures.py: llama_gqa's weights with each variant's rope fields in its
+  // config.json, logits at every 4th position of an 80-token prompt.
+  const nlohmann::json spec = test::read_json(test::data_dir() + "/models/rope.json");
+  const std::vector<int32_t> prompt = spec.at("prompt").get<std::vector<int32_t>>();
+  WeightStore expected = WeightStore::open_file(test::data_dir() + "/models/rope.safetensors");
+  const nlohmann::json base = test::read_json(test::model_dir("llama_gqa") + "/config.json");
+  const Fixture plain = load_fixture("llama_gqa");
+  const at::Tensor positions = at::arange(static_cast<int64_t>(prompt.size()), at::kLong);
+  const at::Tensor every4 = at::arange(0, static_cast<int64_t>(prompt.size()), 4, at::kLong);
+  const at::Tensor unscaled = plain.model.decoder->logits(
+      plain.model.decoder->forward_dense(plain.model.decoder->embed(ids_tensor(prompt)), positions)).index_select(0, every4);
+  REQUIRE(spec.at("variants").size() == 4);
+  for (const auto& [name, fields] : spec.at("variants").items()) {
+    CAPTURE(name);
+    test::ScratchDir dir("rope");
+    test::copy_model("llama_gqa", dir.path());
+    nlohmann::json cfg = base;
+    for (const char* k : {"rope_parameters", "rope_scaling", "rope_theta"}) cfg.erase(k);
+    cfg.update(fields);
+    test::write_text(dir.file("config.json"), cfg.dump());
+    const TextModel m = load_text_model(dir.path());
+    const at::Tensor got =
+        m.decoder->logits(m.decoder->forward_dense(m.decoder->embed(ids_tensor(prompt)), positions)).index_select(0, every4);
+    const at::Tensor want = expected.load({"logits." + name}, {});
+    CHECK(max_diff(got, want) < kLogitTol);
+    CHECK(max_diff(unscaled, want) > 100 * kLogitTol);  // the scaling changes the logits
+  }
+}

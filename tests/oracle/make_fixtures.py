@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|normalizers|models|gates|vlm|templates|chat|qwen2vl|quant|gguf|demo ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|normalizers|models|rope|gates|vlm|templates|chat|qwen2vl|quant|gguf|demo ...]"""
 import os
 import sys
 from pathlib import Path
@@ -13,7 +13,7 @@ DATA = Path(os.environ.get("TRIMKV_FIXTURE_DATA", HERE.parent / "data"))
 
 
 def main(argv):
-    parts = argv or ["tokenizers", "normalizers", "models", "gates", "vlm", "templates", "chat", "qwen2vl", "quant", "gguf"]
+    parts = argv or ["tokenizers", "normalizers", "models", "rope", "gates", "vlm", "templates", "chat", "qwen2vl", "quant", "gguf"]
     if "tokenizers" in parts:
         import tokenizer_fixtures
         tokenizer_fixtures.main(DATA)
@@ -23,6 +23,9 @@ def main(argv):
     if "models" in parts:
         import model_fixtures
         model_fixtures.main(DATA)
+    if "rope" in parts:  # after "models": llama_gqa under linear / llama3 rope scaling
+        import rope_fixtures
+        rope_fixtures.main(DATA)
     if "gates" in parts:
         import gate_fixtures
         gate_fixtures.main(DATA)
