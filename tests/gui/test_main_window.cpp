@@ -1188,6 +1188,33 @@ class MainWindowTest : public QObject {
     }
     QVERIFY(cells[1].meanKvEntries < cells[0].meanKvEntries);  // a budget holds less than the full cache
 
+    // The same cells by the command line, as a user would run them: the test set written by
+    // `trimkv make-world` with the mini evaluation's seed and sizes, `trimkv eval` with the same
+    // policy and budget: the same questions, answers and cache sizes.
+    const EvalRequest req = ev->request();
+    QTemporaryDir worldDir;
+    auto cli = [](const QStringList& args) {
+      QProcess p;
+      p.start(QStringLiteral(TRIMKV_CLI_PATH), args);
+      if (!p.waitForFinished(4 * kTurnTimeoutMs) || p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0)
+        qWarning() << "trimkv" << args << "failed:" << p.readAllStandardError();
+      return p.readAllStandardOutput();
+    };
+    cli({"make-world", "--out", worldDir.path(), "--n", QString::number(req.conversations), "--seed",
+         QString::number(req.seed), "--split", "test", "--max-images", QString::number(req.maxImages), "--max-turns",
+         QString::number(req.maxTurns), "--quiet"});
+    for (size_t i : {size_t{0}, size_t{1}, size_t{4}}) {  // full, h2o at 8, streamingllm at 16
+      QStringList args = {"eval", "--model", m_window->model().dir, "--data", worldDir.filePath("test.jsonl"), "--json"};
+      if (cells[i].policy != QLatin1String("full"))
+        args << "--policy" << cells[i].policy << "--budget" << QString::number(cells[i].budgetPerHead);
+      const QJsonObject out = QJsonDocument::fromJson(cli(args)).object();
+      QVERIFY2(!out.isEmpty(), qPrintable(args.join(' ')));
+      QCOMPARE(out.value("n").toInteger(), cells[i].n);
+      QCOMPARE(out.value("correct").toInteger(), cells[i].correct);
+      QCOMPARE(out.value("kv_peak_entries").toInteger(), cells[i].maxKvEntries);
+      QCOMPARE(out.value("kv_mean_entries").toDouble(), cells[i].meanKvEntries);
+    }
+
     // The plot: the full cache's dashed reference and one line per policy through its budgets.
     const QList<QAbstractSeries*> series = ev->chart()->series();
     QCOMPARE(series.size(), 3);
