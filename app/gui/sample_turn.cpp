@@ -16,9 +16,9 @@ SampleTurn makeSampleTurn(const QString& dir, bool withImages) {
   options.max_images = 1;
   options.max_turns = 1;
   // A fixed test-split conversation (a bare placeholder, the issue-6 wording): the demo model never
-  // trained on it, and answers it right ("triangle").
+  // trained on it, and answers it right ("blue": the circle among two orange stars and a yellow one).
   constexpr uint64_t kSeed = 2026;
-  const world::Conversation conv = world::make_conversation(kSeed, world::Split::Test, 39, options);
+  const world::Conversation conv = world::make_conversation(kSeed, world::Split::Test, 68, options);
   SampleTurn turn;
   turn.text = QString::fromStdString(conv.turns.front().text);
   for (size_t k = 0; k < conv.scenes.size(); ++k) {
