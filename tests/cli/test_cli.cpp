@@ -178,7 +178,8 @@ TEST_CASE("every numeric option of every command refuses values outside its rang
       {"generate", trimkv::cli::cmd_generate}, {"chat", trimkv::cli::cmd_chat},
       {"train-gates", trimkv::cli::cmd_train_gates}, {"make-world", trimkv::cli::cmd_make_world},
       {"train-tokenizer", trimkv::cli::cmd_train_tokenizer}, {"eval", trimkv::cli::cmd_eval},
-      {"eval-sweep", trimkv::cli::cmd_eval_sweep}, {"train-demo", trimkv::cli::cmd_train_demo}};
+      {"eval-sweep", trimkv::cli::cmd_eval_sweep}, {"train-demo", trimkv::cli::cmd_train_demo},
+      {"make-tasks", trimkv::cli::cmd_make_tasks}};
   const auto call = [&](const std::string& command, std::vector<std::string> args, std::string* out) {
     args.insert(args.begin(), {"trimkv", command});
     std::vector<char*> argv;
