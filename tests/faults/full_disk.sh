@@ -44,7 +44,6 @@ check() {
   fi
   local before after listing_before listing_after
   before=$(sha256sum "$file" | cut -d' ' -f1)
-  listing_before=$(ls -A "$(dirname "$file")" | sort)
   fill "${FREE_KIB:-8}"
   listing_before=$(ls -A "$(dirname "$file")" | sort)
   bash -c "$second" > "$WORK/out2" 2> "$WORK/err2"

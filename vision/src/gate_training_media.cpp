@@ -142,21 +142,21 @@ TrainResult train_gates_vlm(const TrainOptions& options, const std::function<voi
                             const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
+  if (options.threads > 0) set_compute_threads(options.threads);
   if (!is_vlm_checkpoint(options.model_dir)) {
     // A text model with a chat template (an instruct model): its conversation lines are laid out
     // by the template, as chat and eval present them, so the gates learn on the stream they will
-    // see. Without one, core's plain layout (text "\n" answer <eos>).
+    // see. Without one, core's plain layout (text "\n" answer <eos>), on the model loaded here.
     auto text = std::make_shared<VlmModel>();
-    if (options.threads > 0) set_compute_threads(options.threads);
-    text->text = load_text_model(options.model_dir, {"f32"});
-    if (!text->text.tokenizer) return train_gates(options, on_warning, on_setup, on_progress, cancel);
-    const std::shared_ptr<const TextTurnEncoder> encoder = make_text_turn_encoder(text->text, {});
-    if (!encoder->has_chat_template()) return train_gates(options, on_warning, on_setup, on_progress, cancel);
+    text->text = load_text_model(options.model_dir, {"f32"});  // autograd runs in float32
+    std::shared_ptr<const TextTurnEncoder> encoder;
+    if (text->text.tokenizer) encoder = make_text_turn_encoder(text->text, {});
+    if (!encoder || !encoder->has_chat_template())
+      return train_gates_on(text->text, nullptr, options, on_warning, on_setup, on_progress, cancel);
     text->encoder = encoder;
     const VlmSampleEncoder layout(text);
     return train_gates_on(text->text, &layout, options, on_warning, on_setup, on_progress, cancel);
   }
-  if (options.threads > 0) set_compute_threads(options.threads);
   const std::shared_ptr<const VlmModel> model = load_vlm(options.model_dir, {}, {"f32"});  // autograd runs in float32
   const VlmSampleEncoder media(model);
   return train_gates_on(model->text, &media, options, on_warning, on_setup, on_progress, cancel);
