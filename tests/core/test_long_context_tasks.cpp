@@ -58,7 +58,7 @@ struct Stated {
 };
 
 Stated parse(const std::vector<std::string>& paragraphs) {
-  static const std::regex code("^The code for (the [a-z]+ [a-z]+) is ([0-9]{4})\\.$");
+  static const std::regex code("^The secret number of (the [a-z]+ [a-z]+) is ([0-9]{4})\\.$");
   static const std::regex let_v("^Let ([A-Z]{3}) be ([0-9]{4})\\.$");
   static const std::regex let_n("^Let ([A-Z]{3}) equal ([A-Z]{3})\\.$");
   Stated s;
@@ -76,7 +76,7 @@ Stated parse(const std::vector<std::string>& paragraphs) {
 // The value a question asks for, derived from the text alone ("" when it cannot be).
 std::string derive(const Stated& s, const std::string& question) {
   std::smatch m;
-  static const std::regex ask_code("^What is the code for (the [a-z]+ [a-z]+)\\?$");
+  static const std::regex ask_code("^What is the secret number of (the [a-z]+ [a-z]+)\\? Answer with the number\\.$");
   static const std::regex ask_var("^What number is ([A-Z]{3}) equal to\\?$");
   if (std::regex_match(question, m, ask_code)) {
     const auto it = s.codes.find(m[1]);
@@ -166,8 +166,9 @@ TEST_CASE("tasks: lengths in the model's own tokens, depths where they are said 
         CHECK(std::abs(task.tokens - length) <= length / 20 + 16);  // within 5%
         // The asked fact (the question's key) sits at the stated depth of the haystack.
         const std::vector<std::string> ps = paragraphs_of(task.turns[0].text);
-        const std::string key = ps.back().substr(std::string("What is the code for ").size());
-        const std::string fact = "The code for " + key.substr(0, key.size() - 1) + " is " + task.turns[0].answer + ".";
+        const std::string question = ps.back().substr(std::string("What is the secret number of ").size());
+        const std::string key = question.substr(0, question.find('?'));
+        const std::string fact = "The secret number of " + key + " is " + task.turns[0].answer + ".";
         size_t at = 0, haystack = 0;
         for (size_t k = 1; k + 1 < ps.size(); ++k) {  // between the intro and the question
           if (ps[k] == fact) at = haystack;

@@ -108,8 +108,12 @@ std::vector<std::string> distinct_values(PortableRng& rng, size_t n) {
   return out;
 }
 
-// Facts "The code for the <colour> <object> is <value>." with distinct colours; one object
-// for all when `same_object` (distractors differ only in the colour), else one each.
+// Facts "The secret number of the <colour> <object> is <value>." with distinct colours; one
+// object for all when `same_object` (distractors differ only in the colour), else one each.
+// Worded "secret number", not "code": in haystacks of C headers and manual pages SmolLM2-135M
+// read "What is the code for the golden garage?" as a request for program code and began a
+// code block (full cache, needle@1k: 2 of 8 right; with this wording and the question asking
+// for "the number": 8 of 8).
 std::vector<Fact> code_facts(PortableRng& rng, size_t n, bool same_object) {
   std::vector<size_t> colours(std::size(kColours));
   for (size_t i = 0; i < colours.size(); ++i) colours[i] = i;
@@ -120,8 +124,8 @@ std::vector<Fact> code_facts(PortableRng& rng, size_t n, bool same_object) {
   for (size_t i = 0; i < n; ++i) {
     const std::string key =
         std::string("the ") + kColours[colours[i]] + " " + kObjects[same_object ? object : rng.index(std::size(kObjects))];
-    const std::string sentence = "The code for " + key + " is " + values[i] + ".";
-    out.push_back({sentence, "What is the code for " + key + "?", values[i], sentence});
+    const std::string sentence = "The secret number of " + key + " is " + values[i] + ".";
+    out.push_back({sentence, "What is the secret number of " + key + "? Answer with the number.", values[i], sentence});
   }
   return out;
 }

@@ -5,8 +5,8 @@
 // trained on training tasks never saw a test haystack.
 //
 // Task kinds (the prompt is one user turn unless said otherwise):
-//   needle     one fact ("The code for the blue door is 4821.") at a chosen depth; "What is the
-//              code for the blue door?"
+//   needle     one fact ("The secret number of the blue door is 4821.") at a chosen depth; "What
+//              is the secret number of the blue door? Answer with the number."
 //   multikey   several facts of the same form (other colours, same object), one asked: the
 //              others are distractors competing for attention;
 //   multiturn  two facts in a first turn, which asks for one; a second turn adds more text and
@@ -59,7 +59,7 @@ struct TaskOptions {
   int keys = 4;   // multikey: facts in the haystack, one of them asked (2..8)
   int hops = 2;   // vartrack: variables in the chain (2..6)
   int64_t score_last = 256;  // ppl: tokens scored at the end (1..length/2)
-  // Answers as the whole sentence a model would reply ("The code for the blue door is 4821.")
+  // Answers as the whole sentence a model would reply ("The secret number of the blue door is 4821.")
   // instead of the value alone: training data for train-gates, whose labels are the answers.
   bool sentence_answers = false;
 };
