@@ -1,6 +1,8 @@
 // `trimkv eval-sweep`: `trimkv eval` for every policy × KV budget, one row per cell in a CSV file
-// and a Markdown table (the full cache as reference row). Cells are appended as they finish, so
-// Ctrl-C keeps the finished ones and a rerun skips the cells already in the CSV.
+// and a Markdown table (the full cache as reference row); beside it sweep-types.csv, one row per
+// cell and question type (task and length, e.g. needle@1k), and a per-type table in the
+// Markdown. Cells are appended as they finish, so Ctrl-C keeps the finished ones and a rerun skips
+// the cells already in the CSV.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -31,6 +33,8 @@ extern "C" void on_sigint_sweep(int) { g_sweep_cancel.store(true); }
 const char* const kCsvHeader =
     "policy,budget,budget_entries,accuracy,n,correct,failures,kv_peak_entries,kv_mean_entries,kv_peak_bytes,"
     "kv_mean_bytes,perplexity,seconds";
+
+const char* const kTypesCsvHeader = "policy,budget,type,n,correct,accuracy,perplexity";
 
 struct Budget {
   std::string spec;  // as given: "0.25" (a fraction of the full cache's peak) or "512" (entries)
@@ -86,7 +90,55 @@ std::vector<Row> read_csv(const std::string& path) {
   return rows;
 }
 
-void write_markdown(const std::string& path, const std::vector<Row>& rows) {
+// sweep-types.csv rows of the cells in `rows` only (a line written for a cell whose main row was
+// torn off is dropped: the cell is recomputed).
+std::vector<std::vector<std::string>> read_types_csv(const std::string& path, const std::vector<Row>& rows) {
+  std::vector<std::vector<std::string>> out;
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  bool header = true;
+  while (in.good() && std::getline(in, line)) {
+    if (header) {
+      header = false;
+      continue;
+    }
+    std::vector<std::string> c = split_list(line, ',', true);
+    if (c.size() != 7) continue;
+    if (std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.policy == c[0] && r.budget == c[1]; }))
+      out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::string csv_text(const char* header, const std::vector<std::vector<std::string>>& lines) {
+  std::ostringstream csv;
+  csv << header << '\n';
+  for (const auto& cells : lines) {
+    for (size_t i = 0; i < cells.size(); ++i) csv << (i ? "," : "") << cells[i];
+    csv << '\n';
+  }
+  return csv.str();
+}
+
+// The per-type lines of one finished cell: questions (n, correct, accuracy) and scoring turns
+// (perplexity), one line per type.
+std::vector<std::vector<std::string>> type_lines(const std::string& policy, const std::string& budget,
+                                                 const vision::world::EvalSummary& s) {
+  std::vector<std::vector<std::string>> out;
+  auto number = [](double v) {
+    std::ostringstream o;
+    o << std::setprecision(6) << v;
+    return o.str();
+  };
+  for (const auto& [type, t] : s.by_type)
+    out.push_back({policy, budget, type, std::to_string(t.n), std::to_string(t.correct), number(t.accuracy()), ""});
+  for (const auto& [type, nll] : s.scored_by_type)
+    if (nll.tokens > 0) out.push_back({policy, budget, type, "0", "0", "", number(nll.perplexity())});
+  return out;
+}
+
+void write_markdown(const std::string& path, const std::vector<Row>& rows,
+                    const std::vector<std::vector<std::string>>& types) {
   std::ostringstream out;
   const bool ppl = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.cells[11].empty(); });
   out << "| policy | budget | KV entries budget | accuracy | n | failures | KV peak entries | KV mean entries | "
@@ -98,6 +150,30 @@ void write_markdown(const std::string& path, const std::vector<Row>& rows) {
         << " | " << c[7] << " | " << c[8] << " | ";
     if (ppl) out << c[11] << " | ";
     out << c[12] << " |\n";
+  }
+  // Per type: correct/n for question types, perplexity for scoring types.
+  std::vector<std::string> names;
+  for (const auto& t : types)
+    if (std::find(names.begin(), names.end(), t[2]) == names.end()) names.push_back(t[2]);
+  std::sort(names.begin(), names.end());
+  if (!names.empty()) {
+    out << "\n| policy | budget |";
+    for (const std::string& n : names) out << ' ' << n << " |";
+    out << "\n|---|---|";
+    for (size_t i = 0; i < names.size(); ++i) out << "---:|";
+    out << '\n';
+    for (const Row& r : rows) {
+      out << "| " << r.policy << " | " << r.budget << " |";
+      for (const std::string& n : names) {
+        const auto it = std::find_if(types.begin(), types.end(), [&](const auto& t) {
+          return t[0] == r.policy && t[1] == r.budget && t[2] == n;
+        });
+        if (it == types.end()) out << " |";
+        else if ((*it)[3] != "0") out << ' ' << (*it)[4] << '/' << (*it)[3] << " |";
+        else out << " ppl " << (*it)[6] << " |";
+      }
+      out << '\n';
+    }
   }
   write_file_atomic(path, out.str());
 }
@@ -135,7 +211,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them)"},
       {"budgets", "B,...", "KV budgets: fractions of the full cache's peak entries (0.25) and/or entries (512)"},
-      {"out", "DIR", "output folder: sweep.csv, sweep.md, sweep.png (default: sweep)"},
+      {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png (default: sweep)"},
       ranged_int("limit", "N", "evaluate the first N conversations only", 1, 2147483647),
       {"history", "gold|model", "answers kept in the conversation (default gold)"},
       {"match", "exact|contains", "scoring: the normalized reply equals the expected answer (default), or contains it as whole words (real models answer in sentences)"},
@@ -184,8 +260,10 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
   const std::string csv_path = (std::filesystem::path(out_dir) / "sweep.csv").string();
   const std::string md_path = (std::filesystem::path(out_dir) / "sweep.md").string();
   const std::string png_path = (std::filesystem::path(out_dir) / "sweep.png").string();
+  const std::string types_path = (std::filesystem::path(out_dir) / "sweep-types.csv").string();
 
   std::vector<Row> rows = read_csv(csv_path);
+  std::vector<std::vector<std::string>> types = read_types_csv(types_path, rows);
   auto find_row = [&](const std::string& policy, const std::string& budget) -> const Row* {
     for (const Row& r : rows)
       if (r.policy == policy && r.budget == budget) return &r;
@@ -207,15 +285,12 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
 
   // Rewrite the CSV from the rows kept (drops a torn last line), then append as cells finish.
   {
-    std::ostringstream csv;
-    csv << kCsvHeader << '\n';
-    for (const Row& r : rows) {
-      for (size_t i = 0; i < r.cells.size(); ++i) csv << (i ? "," : "") << r.cells[i];
-      csv << '\n';
-    }
-    write_file_atomic(csv_path, csv.str());
+    std::vector<std::vector<std::string>> lines;
+    for (const Row& r : rows) lines.push_back(r.cells);
+    write_file_atomic(csv_path, csv_text(kCsvHeader, lines));
   }
-  write_markdown(md_path, rows);
+  write_file_atomic(types_path, csv_text(kTypesCsvHeader, types));
+  write_markdown(md_path, rows, types);
   if (!rows.empty()) write_plot(png_path, rows);
 
   std::unique_ptr<vision::ChatEngine> engine;
@@ -271,12 +346,16 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     row.policy = c.policy;
     row.budget = c.budget.spec;
     rows.push_back(row);
+    // The type lines first: a cell whose main row is missing is recomputed, and its type lines
+    // dropped on the rerun's read.
+    for (auto& t : type_lines(c.policy, c.budget.spec, s)) types.push_back(std::move(t));
+    write_file_atomic(types_path, csv_text(kTypesCsvHeader, types));
     {
       std::ofstream csv(csv_path, std::ios::binary | std::ios::app);
       csv << line.str() << '\n';
       TRIMKV_CHECK(csv.good(), Io, csv_path, ": write error");
     }
-    write_markdown(md_path, rows);
+    write_markdown(md_path, rows, types);
     write_plot(png_path, rows);
     ++done;
     if (run.progress)

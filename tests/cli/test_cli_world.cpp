@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -191,8 +192,43 @@ TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[c
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 6);  // header, full cache, 2 x 2 cells
   for (const char* cell : {"streamingllm,0.5,", "streamingllm,64,64,", "h2o,0.5,", "h2o,64,64,", "full,full,0,"})
     CHECK_THAT(csv, Catch::Contains(cell));
-  CHECK(std::count(md.begin(), md.end(), '\n') == 7);  // header, rule, 5 rows
+  // header, rule, 5 rows; a blank line; the per-type table: header, rule, 5 rows
+  CHECK(std::count(md.begin(), md.end(), '\n') == 15);
   CHECK_THAT(md, Catch::Contains("| h2o | 0.5 |"));
+  // sweep-types.csv: each cell's per-type counts add up to its row in sweep.csv.
+  const std::string types = trimkv::test::read_bytes(dir.file("sweep/sweep-types.csv"));
+  std::map<std::string, std::pair<int, int>> sums;  // "policy,budget" -> (n, correct)
+  {
+    std::istringstream in(types);
+    std::string line;
+    std::getline(in, line);
+    CHECK(line == "policy,budget,type,n,correct,accuracy,perplexity");
+    while (std::getline(in, line)) {
+      std::vector<std::string> c;
+      std::istringstream fields(line);
+      for (std::string f; std::getline(fields, f, ',');) c.push_back(f);
+      REQUIRE(c.size() >= 6);
+      sums[c[0] + "," + c[1]].first += std::stoi(c[3]);
+      sums[c[0] + "," + c[1]].second += std::stoi(c[4]);
+    }
+  }
+  {
+    std::istringstream in(csv);
+    std::string line;
+    std::getline(in, line);
+    int rows = 0;
+    while (std::getline(in, line)) {
+      std::vector<std::string> c;
+      std::istringstream fields(line);
+      for (std::string f; std::getline(fields, f, ',');) c.push_back(f);
+      REQUIRE(c.size() >= 6);
+      INFO(line);
+      CHECK(sums[c[0] + "," + c[1]] == std::make_pair(std::stoi(c[4]), std::stoi(c[5])));
+      ++rows;
+    }
+    CHECK(rows == 5);
+    CHECK(sums.size() == 5);
+  }
   CHECK(std::filesystem::file_size(dir.file("sweep/sweep.png")) > 1000);
   CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep.png")).substr(1, 3) == "PNG");
 
@@ -201,6 +237,23 @@ TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[c
   REQUIRE(again.code == 0);
   CHECK_THAT(again.out, Catch::Contains("0 computed now"));
   CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep.csv")) == csv);
+  CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep-types.csv")) == types);
+
+  // A cell whose main row was lost (killed between the two files): its type lines are dropped
+  // and the cell recomputed, to the same per-type lines.
+  trimkv::test::write_text(dir.file("sweep/sweep.csv"), csv.substr(0, csv.rfind('\n', csv.size() - 2) + 1));
+  const WorldRun third = run_world_cli(args);
+  CAPTURE(third.out, third.err);
+  REQUIRE(third.code == 0);
+  CHECK_THAT(third.out, Catch::Contains("1 computed now"));
+  const auto without_seconds = [](const std::string& text) {
+    std::string out;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) out += line.substr(0, line.rfind(',')) + "\n";
+    return out;
+  };
+  CHECK(without_seconds(trimkv::test::read_bytes(dir.file("sweep/sweep.csv"))) == without_seconds(csv));
+  CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep-types.csv")) == types);
 
   require_error_naming(run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
                                       "nope", "--budgets", "0.5"}),
