@@ -4,7 +4,12 @@
 #   packaging/setup.sh --oracle   also a Python virtual environment with transformers, used only
 #                                 to regenerate the committed test fixtures and run benchmarks
 #                                 against the reference (CI never needs it)
-# Environment: TRIMKV_VENV (default ~/.cache/trimkv/venv-oracle) for the --oracle environment.
+#   packaging/setup.sh --kvpress  also (after --oracle's) an environment with NVIDIA's kvpress
+#                                 0.5.5, for tests/bench/kvpress_compare.py; kvpress needs
+#                                 transformers < 5.3, so it gets its own, and borrows the oracle
+#                                 environment's torch instead of downloading another
+# Environment: TRIMKV_VENV (default ~/.cache/trimkv/venv-oracle) for the --oracle environment,
+# TRIMKV_KVPRESS_VENV (default ~/.cache/trimkv/venv-kvpress) for the --kvpress one.
 set -euo pipefail
 
 PACKAGES=(
@@ -22,10 +27,12 @@ PACKAGES=(
 )
 
 want_oracle=0
+want_kvpress=0
 for arg in "$@"; do
   case "$arg" in
     --oracle) want_oracle=1 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --kvpress) want_oracle=1; want_kvpress=1 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -54,4 +61,20 @@ if [ "$want_oracle" = 1 ]; then
     "$venv/bin/pip" install -q torch transformers tokenizers safetensors pillow gguf accelerate jinja2 llama-cpp-python
   fi
   echo "setup: oracle environment ready: $venv/bin/python"
+fi
+
+if [ "$want_kvpress" = 1 ]; then
+  oracle="${TRIMKV_VENV:-$HOME/.cache/trimkv/venv-oracle}"
+  kvenv="${TRIMKV_KVPRESS_VENV:-$HOME/.cache/trimkv/venv-kvpress}"
+  if [ ! -x "$kvenv/bin/python" ] || ! "$kvenv/bin/python" -c "import kvpress, transformers, torch" 2>/dev/null; then
+    echo "setup: creating the kvpress environment in $kvenv"
+    [ -x "$kvenv/bin/python" ] || python3 -m venv "$kvenv"
+    # The oracle environment's packages come after this environment's own on sys.path: torch is
+    # found there (and satisfies kvpress's requirement), transformers 5.2 installed here wins.
+    site="$("$kvenv/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
+    "$oracle/bin/python" -c 'import site; print(site.getsitepackages()[0])' > "$site/zz_oracle_env.pth"
+    "$kvenv/bin/pip" install -q --upgrade pip
+    "$kvenv/bin/pip" install -q "kvpress==0.5.5" "transformers>=4.56,<5.3" "tokenizers<0.23.1" "huggingface-hub<2"
+  fi
+  echo "setup: kvpress environment ready: $kvenv/bin/python"
 fi
