@@ -11,6 +11,8 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <sstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/cli_runner.h"
@@ -147,5 +149,43 @@ TEST_CASE("the demo model in bf16 / f16 answers as in f32; q8 / q4 keep its accu
       INFO(weights << (evict ? " dbtrimkv 25%" : " full") << ": " << a << " vs f32 " << base);
       CHECK(a >= base - points / 100.0);
     }
+  }
+}
+
+TEST_CASE("a fixed sample of the README's demo sweep reproduces bit-exactly from the shipped model and gates",
+          "[cli][demo][sweep]") {
+  // docs/demo-sweep/sweep.csv was written by `trimkv eval-sweep --data build/eval-test/test.jsonl
+  // --limit 60 ...` on `make-world --split test --n 200 --seed 2024` (README "The demo model").
+  // Three of its cells, the full cache and DBTrimKV at 10% and 25% of the full cache's peak, are
+  // recomputed here: every column but the seconds must be the same text (accuracy, correct,
+  // budget entries, KV peak and mean entries and bytes).
+  trimkv::test::ScratchDir dir("demo-sweep-sample");
+  const trimkv::test::CliRun w =
+      trimkv::test::run_cli({"make-world", "--out", dir.path(), "--n", "200", "--seed", "2024", "--split", "test", "--quiet"});
+  CAPTURE(w.err);
+  REQUIRE(w.code == 0);
+  const trimkv::test::CliRun r = trimkv::test::run_cli({"eval-sweep", "--data", dir.file("test.jsonl"), "--limit", "60",
+                                                        "--policies", "dbtrimkv", "--budgets", "0.1,0.25", "--out",
+                                                        dir.file("sweep"), "--quiet"});
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  auto rows = [](const std::string& csv) {
+    std::map<std::string, std::string> out;  // "policy,budget" -> every column but the seconds
+    std::istringstream in(csv);
+    std::string line;
+    std::getline(in, line);
+    while (std::getline(in, line)) {
+      const size_t second_comma = line.find(',', line.find(',') + 1);
+      out[line.substr(0, second_comma)] = line.substr(0, line.rfind(','));
+    }
+    return out;
+  };
+  const auto shipped = rows(trimkv::test::read_bytes(trimkv::test::data_dir() + "/../../docs/demo-sweep/sweep.csv"));
+  const auto now = rows(trimkv::test::read_bytes(dir.file("sweep/sweep.csv")));
+  REQUIRE(now.size() == 3);
+  for (const auto& [cell, columns] : now) {
+    INFO(cell);
+    REQUIRE(shipped.count(cell) == 1);
+    CHECK(columns == shipped.at(cell));
   }
 }
