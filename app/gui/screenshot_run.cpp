@@ -1,9 +1,12 @@
 #include "screenshot_run.h"
 
 #include <QPixmap>
+#include <QScrollBar>
 #include <cstdio>
 #include <exception>
+#include <utility>
 
+#include "conversation_view.h"
 #include "head_grid.h"
 #include "main_window.h"
 #include "sample_turn.h"
@@ -50,20 +53,29 @@ void ScreenshotRun::runSample() {
 void ScreenshotRun::capture() {
   if (m_done) return;
   // Show the head that keeps the fewest image entries but some: its overlay shows which patches
-  // survived (a head that keeps all or none shows nothing of interest).
+  // survived (a head that keeps all or none shows nothing of interest). With no image in the
+  // conversation (a text model), the head that keeps the fewest text entries but some: the
+  // strip then shows what the tightest head kept of the prompt.
   HeadGrid* grid = m_window->headGrid();
-  int bestL = 0, bestH = 0;
-  int64_t best = -1;
-  for (int l = 0; l < grid->layerCount(); ++l)
-    for (int h = 0; h < grid->headCount(); ++h) {
-      const int64_t image = grid->cellCounts(l, h).image;
-      if (image > 0 && (best < 0 || image < best)) {
-        best = image;
-        bestL = l;
-        bestH = h;
+  auto pick = [grid](auto count) {
+    std::pair<int, int> at{0, 0};
+    int64_t best = -1;
+    for (int l = 0; l < grid->layerCount(); ++l)
+      for (int h = 0; h < grid->headCount(); ++h) {
+        const int64_t n = count(grid->cellCounts(l, h));
+        if (n > 0 && (best < 0 || n < best)) {
+          best = n;
+          at = {l, h};
+        }
       }
-    }
-  grid->setSelectedHead(bestL, bestH);
+    return std::pair{at, best};
+  };
+  auto [head, kept] = pick([](const auto& c) { return c.image; });
+  if (kept < 0) head = pick([](const auto& c) { return c.text; }).first;
+  grid->setSelectedHead(head.first, head.second);
+  // The answer in view: a long prompt would otherwise fill the conversation pane.
+  QScrollBar* bar = m_window->conversation()->verticalScrollBar();
+  bar->setValue(bar->maximum());
   const QPixmap shot = m_window->grab();
   if (shot.isNull() || !shot.save(m_output, "PNG")) return fail(1, tr("cannot write %1").arg(m_output));
   m_done = true;
