@@ -137,6 +137,56 @@ std::vector<std::vector<std::string>> type_lines(const std::string& policy, cons
   return out;
 }
 
+// What the cells of one folder must share: a rerun that resumes them with other data or scoring
+// would mix two experiments in one table. The gates are not in it: each learned policy may be
+// run with its own gates file (`--policies dbtrimkv --gates a`, then `--policies trimkv --gates
+// b`), which is how a sweep with per-head and global gates is made.
+std::vector<std::pair<std::string, std::string>> sweep_settings(const Args& args, const std::string& model,
+                                                                const std::string& data, int limit) {
+  auto path = [](const std::string& p) {  // one spelling per file: ./a.jsonl and a.jsonl agree
+    std::error_code ec;
+    const std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
+    return ec ? p : c.string();
+  };
+  return {{"model", path(model)},
+          {"data", path(data)},
+          {"limit", limit < 0 ? "all" : std::to_string(limit)},
+          {"match", args.get("match", "exact")},
+          {"history", args.get("history", "gold")},
+          {"max-new-tokens", args.get("max-new-tokens", "8")},
+          {"weights", args.get("weights", "default")},
+          {"kv-dtype", args.get("kv-dtype", "default")},
+          {"image-size", args.get("image-size", "default")}};
+}
+
+std::string settings_text(const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::string out;
+  for (const auto& [k, v] : settings) out += k + "=" + v + "\n";
+  return out;
+}
+
+// sweep-settings.txt beside the CSV: written with the first cells; a rerun that would add cells
+// to a folder made with other settings is refused, naming each difference.
+void check_sweep_settings(const std::string& path, const std::string& out_dir, bool has_rows,
+                          const std::vector<std::pair<std::string, std::string>>& settings) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.good() || !has_rows) return;  // a new folder, or one from before this file existed
+  std::map<std::string, std::string> before;
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) before[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  std::string differences;
+  for (const auto& [k, v] : settings) {
+    const auto it = before.find(k);
+    if (it != before.end() && it->second != v)
+      differences += (differences.empty() ? "" : "; ") + k + " was " + it->second + ", now " + v;
+  }
+  if (!differences.empty())
+    throw UsageError("option '--out': " + out_dir + " holds cells computed with other settings (" + differences +
+                     "); use another --out folder or the same options");
+}
+
 void write_markdown(const std::string& path, const std::vector<Row>& rows,
                     const std::vector<std::vector<std::string>>& types) {
   std::ostringstream out;
@@ -211,7 +261,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them)"},
       {"budgets", "B,...", "KV budgets: fractions of the full cache's peak entries (0.25) and/or entries (512)"},
-      {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png (default: sweep)"},
+      {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png, sweep-settings.txt (a rerun with other data or scoring is refused) (default: sweep)"},
       ranged_int("limit", "N", "evaluate the first N conversations only", 1, 2147483647),
       {"history", "gold|model", "answers kept in the conversation (default gold)"},
       {"match", "exact|contains", "scoring: the normalized reply equals the expected answer (default), or contains it as whole words (real models answer in sentences)"},
@@ -262,8 +312,12 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
   const std::string png_path = (std::filesystem::path(out_dir) / "sweep.png").string();
   const std::string types_path = (std::filesystem::path(out_dir) / "sweep-types.csv").string();
 
+  const std::string settings_path = (std::filesystem::path(out_dir) / "sweep-settings.txt").string();
+
   std::vector<Row> rows = read_csv(csv_path);
   std::vector<std::vector<std::string>> types = read_types_csv(types_path, rows);
+  const auto settings = sweep_settings(args, model, data, limit);
+  check_sweep_settings(settings_path, out_dir, !rows.empty(), settings);
   auto find_row = [&](const std::string& policy, const std::string& budget) -> const Row* {
     for (const Row& r : rows)
       if (r.policy == policy && r.budget == budget) return &r;
@@ -290,6 +344,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     write_file_atomic(csv_path, csv_text(kCsvHeader, lines));
   }
   write_file_atomic(types_path, csv_text(kTypesCsvHeader, types));
+  write_file_atomic(settings_path, settings_text(settings));
   write_markdown(md_path, rows, types);
   if (!rows.empty()) write_plot(png_path, rows);
 

@@ -255,6 +255,15 @@ TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[c
   CHECK(without_seconds(trimkv::test::read_bytes(dir.file("sweep/sweep.csv"))) == without_seconds(csv));
   CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep-types.csv")) == types);
 
+  // Resuming those cells with other scoring would mix two experiments in one table: refused,
+  // naming --out and the difference; the files stay as they were.
+  std::vector<std::string> other = args;
+  other.insert(other.end(), {"--match", "contains"});
+  const WorldRun refused = run_world_cli(other);
+  require_error_naming(refused, "--out");
+  CHECK_THAT(refused.err, Catch::Contains("match was exact, now contains"));
+  CHECK(without_seconds(trimkv::test::read_bytes(dir.file("sweep/sweep.csv"))) == without_seconds(csv));
+
   require_error_naming(run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
                                       "nope", "--budgets", "0.5"}),
                        "--policies");
