@@ -68,19 +68,21 @@ struct Row {
   std::vector<std::string> cells;  // every column, as written
 };
 
+// The lines of a CSV file after its header, split at commas (none when the file is absent).
+std::vector<std::vector<std::string>> csv_lines(const std::string& path) {
+  std::vector<std::vector<std::string>> out;
+  std::ifstream in(path, std::ios::binary);
+  std::string line;
+  if (!in.good() || !std::getline(in, line)) return out;
+  while (std::getline(in, line)) out.push_back(split_list(line, ',', true));
+  return out;
+}
+
 std::vector<Row> read_csv(const std::string& path) {
   std::vector<Row> rows;
-  std::ifstream in(path, std::ios::binary);
-  if (!in.good()) return rows;
-  std::string line;
-  bool header = true;
-  while (std::getline(in, line)) {
-    if (header) {
-      header = false;
-      continue;
-    }
+  for (std::vector<std::string>& cells : csv_lines(path)) {
     Row r;
-    r.cells = split_list(line, ',', true);
+    r.cells = std::move(cells);
     if (r.cells.size() == 12) r.cells.insert(r.cells.begin() + 11, "");  // written before the perplexity column
     if (r.cells.size() != 13 || r.cells[12].empty()) continue;  // a torn last line (killed mid-write): recomputed
     r.policy = r.cells[0];
@@ -94,15 +96,7 @@ std::vector<Row> read_csv(const std::string& path) {
 // torn off is dropped: the cell is recomputed).
 std::vector<std::vector<std::string>> read_types_csv(const std::string& path, const std::vector<Row>& rows) {
   std::vector<std::vector<std::string>> out;
-  std::ifstream in(path, std::ios::binary);
-  std::string line;
-  bool header = true;
-  while (in.good() && std::getline(in, line)) {
-    if (header) {
-      header = false;
-      continue;
-    }
-    std::vector<std::string> c = split_list(line, ',', true);
+  for (std::vector<std::string>& c : csv_lines(path)) {
     if (c.size() != 7) continue;
     if (std::any_of(rows.begin(), rows.end(), [&](const Row& r) { return r.policy == c[0] && r.budget == c[1]; }))
       out.push_back(std::move(c));
@@ -141,19 +135,19 @@ std::vector<std::vector<std::string>> type_lines(const std::string& policy, cons
 // would mix two experiments in one table. The gates are not in it: each learned policy may be
 // run with its own gates file (`--policies dbtrimkv --gates a`, then `--policies trimkv --gates
 // b`), which is how a sweep with per-head and global gates is made.
-std::vector<std::pair<std::string, std::string>> sweep_settings(const Args& args, const std::string& model,
-                                                                const std::string& data, int limit) {
+std::vector<std::pair<std::string, std::string>> sweep_settings(const Args& args, const EvalRunOptions& run,
+                                                                const std::string& model, int limit) {
   auto path = [](const std::string& p) {  // one spelling per file: ./a.jsonl and a.jsonl agree
     std::error_code ec;
     const std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
     return ec ? p : c.string();
   };
   return {{"model", path(model)},
-          {"data", path(data)},
+          {"data", path(run.data)},
           {"limit", limit < 0 ? "all" : std::to_string(limit)},
-          {"match", args.get("match", "exact")},
-          {"history", args.get("history", "gold")},
-          {"max-new-tokens", args.get("max-new-tokens", "8")},
+          {"match", vision::world::answer_match_name(run.match)},
+          {"history", run.gold_history ? "gold" : "model"},
+          {"max-new-tokens", std::to_string(run.params.max_new_tokens)},
           {"weights", args.get("weights", "default")},
           {"kv-dtype", args.get("kv-dtype", "default")},
           {"image-size", args.get("image-size", "default")}};
@@ -311,12 +305,11 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
   const std::string md_path = (std::filesystem::path(out_dir) / "sweep.md").string();
   const std::string png_path = (std::filesystem::path(out_dir) / "sweep.png").string();
   const std::string types_path = (std::filesystem::path(out_dir) / "sweep-types.csv").string();
-
   const std::string settings_path = (std::filesystem::path(out_dir) / "sweep-settings.txt").string();
 
   std::vector<Row> rows = read_csv(csv_path);
   std::vector<std::vector<std::string>> types = read_types_csv(types_path, rows);
-  const auto settings = sweep_settings(args, model, data, limit);
+  const auto settings = sweep_settings(args, run, model, limit);
   check_sweep_settings(settings_path, out_dir, !rows.empty(), settings);
   auto find_row = [&](const std::string& policy, const std::string& budget) -> const Row* {
     for (const Row& r : rows)
