@@ -33,12 +33,13 @@ cat "$out/tasks.jsonl" "$out/text.jsonl" > "$out/train.jsonl"
 # after 14 steps (capacity ratio 8.2 -> 8.3 at lr 1e-3): far more steps than 2 cores give.
 common=(--model "$model" --data "$out/train.jsonl" --budget 128 --gate-hidden 128 --bias-init 5 --lr 2e-3
         --min-lr 1e-5 --max-len 1280 --seed 0 --threads 2 --checkpoint-every 20)
-resume=()
-[ -f "$out/dbtrimkv.safetensors.ckpt" ] && resume=(--resume)
-"$trimkv" train-gates "${common[@]}" --kind dbtrimkv --steps "${DBTRIMKV_STEPS:-120}" \
-  --out "$out/dbtrimkv.safetensors" "${resume[@]}" --json > "$out/dbtrimkv.log"
-resume=()
-[ -f "$out/trimkv.safetensors.ckpt" ] && resume=(--resume)
-"$trimkv" train-gates "${common[@]}" --kind trimkv --steps "${TRIMKV_STEPS:-60}" \
-  --out "$out/trimkv.safetensors" "${resume[@]}" --json > "$out/trimkv.log"
+# train KIND STEPS: one gates file, continued from its checkpoint when one is there.
+train() {
+  local resume=()
+  [ -f "$out/$1.safetensors.ckpt" ] && resume=(--resume)
+  "$trimkv" train-gates "${common[@]}" --kind "$1" --steps "$2" --out "$out/$1.safetensors" "${resume[@]}" \
+    --json > "$out/$1.log"
+}
+train dbtrimkv "${DBTRIMKV_STEPS:-120}"
+train trimkv "${TRIMKV_STEPS:-60}"
 echo "smollm2_gates: $out/dbtrimkv.safetensors, $out/trimkv.safetensors"

@@ -71,13 +71,13 @@ def kept_share(kept, positions):
 def kvpress_run(model, tok, press, ids, n_new):
     """Kept positions per (layer, KV head) and the greedy answer, with kvpress compressing the prompt."""
     import torch
+    from kvpress.utils import compute_n_kept
     from transformers import DynamicCache
     kept = {}
     score = press.score
 
     def recording_score(module, hidden_states, keys, values, attentions, kwargs):
         s = score(module, hidden_states, keys, values, attentions, kwargs)
-        from kvpress.utils import compute_n_kept
         if hasattr(press, "get_layer_budget"):  # PyramidKV: its own per-layer budget
             n_kept = press.get_layer_budget(module, keys.shape[2])
         else:
@@ -152,6 +152,7 @@ def main():
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from kvpress import PyramidKVPress, SnapKVPress, StreamingLLMPress
+    from kvpress.utils import compute_n_kept
     torch.set_num_threads(a.threads)
     tok = AutoTokenizer.from_pretrained(a.model)
     model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
@@ -177,7 +178,6 @@ def main():
                 ids = tok.apply_chat_template([{"role": "user", "content": turn["text"]}],
                                               add_generation_prompt=True, tokenize=True, return_dict=False)
                 press = make()
-                from kvpress.utils import compute_n_kept
                 k = compute_n_kept(len(ids), press.compression_ratio)
                 theirs, their_answer = kvpress_run(model, tok, press, ids, a.new)
                 ours, n_tok, our_answer = trimkv_run(a.trimkv, a.model, ids, name, k, opts, a.new,

@@ -197,38 +197,36 @@ TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[c
   CHECK_THAT(md, Catch::Contains("| h2o | 0.5 |"));
   // sweep-types.csv: each cell's per-type counts add up to its row in sweep.csv.
   const std::string types = trimkv::test::read_bytes(dir.file("sweep/sweep-types.csv"));
+  // A CSV text's header and its lines split at commas.
+  const auto split_csv = [](const std::string& text) {
+    std::istringstream in(text);
+    std::string header;
+    std::getline(in, header);
+    std::vector<std::vector<std::string>> lines;
+    for (std::string line; std::getline(in, line);) {
+      std::vector<std::string> c;
+      std::istringstream fields(line);
+      for (std::string f; std::getline(fields, f, ',');) c.push_back(f);
+      lines.push_back(c);
+    }
+    return std::pair{header, lines};
+  };
   std::map<std::string, std::pair<int, int>> sums;  // "policy,budget" -> (n, correct)
-  {
-    std::istringstream in(types);
-    std::string line;
-    std::getline(in, line);
-    CHECK(line == "policy,budget,type,n,correct,accuracy,perplexity");
-    while (std::getline(in, line)) {
-      std::vector<std::string> c;
-      std::istringstream fields(line);
-      for (std::string f; std::getline(fields, f, ',');) c.push_back(f);
-      REQUIRE(c.size() >= 6);
-      sums[c[0] + "," + c[1]].first += std::stoi(c[3]);
-      sums[c[0] + "," + c[1]].second += std::stoi(c[4]);
-    }
+  const auto [types_header, type_lines] = split_csv(types);
+  CHECK(types_header == "policy,budget,type,n,correct,accuracy,perplexity");
+  for (const auto& c : type_lines) {
+    REQUIRE(c.size() >= 6);
+    sums[c[0] + "," + c[1]].first += std::stoi(c[3]);
+    sums[c[0] + "," + c[1]].second += std::stoi(c[4]);
   }
-  {
-    std::istringstream in(csv);
-    std::string line;
-    std::getline(in, line);
-    int rows = 0;
-    while (std::getline(in, line)) {
-      std::vector<std::string> c;
-      std::istringstream fields(line);
-      for (std::string f; std::getline(fields, f, ',');) c.push_back(f);
-      REQUIRE(c.size() >= 6);
-      INFO(line);
-      CHECK(sums[c[0] + "," + c[1]] == std::make_pair(std::stoi(c[4]), std::stoi(c[5])));
-      ++rows;
-    }
-    CHECK(rows == 5);
-    CHECK(sums.size() == 5);
+  const auto cell_lines = split_csv(csv).second;
+  for (const auto& c : cell_lines) {
+    REQUIRE(c.size() >= 6);
+    INFO(c[0] << "," << c[1]);
+    CHECK(sums[c[0] + "," + c[1]] == std::make_pair(std::stoi(c[4]), std::stoi(c[5])));
   }
+  CHECK(cell_lines.size() == 5);
+  CHECK(sums.size() == 5);
   CHECK(std::filesystem::file_size(dir.file("sweep/sweep.png")) > 1000);
   CHECK(trimkv::test::read_bytes(dir.file("sweep/sweep.png")).substr(1, 3) == "PNG");
 
