@@ -1,5 +1,7 @@
-// The byte-level BPE trainer: reproducible files, parity with the Hugging Face `tokenizers`
-// library on a file it trained (tests/oracle/bpe_trainer_fixtures.py), tie-breaking, bad input.
+// The byte-level BPE trainer: the merges of the Hugging Face `tokenizers` library's own trainer
+// on the same corpus, reproducible files (a byte snapshot of our own output: a regression test),
+// parity with the library encoding with a file we trained (tests/oracle/bpe_trainer_fixtures.py),
+// tie-breaking, bad input.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -43,6 +45,25 @@ BpeTrainerOptions fixture_options() {
   return options;
 }
 
+using Merges = std::vector<std::pair<std::string, std::string>>;
+
+Merges merges_of(const nlohmann::json& run) {
+  Merges merges;
+  for (const auto& m : run.at("merges")) merges.emplace_back(m.at(0).get<std::string>(), m.at(1).get<std::string>());
+  return merges;
+}
+
+// How many merges two lists share before they part (the shorter list's length if one is a prefix).
+size_t n_common_merges(const Merges& a, const Merges& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return n;
+}
+
+std::string merge_at(const Merges& merges, size_t i) {
+  return i < merges.size() ? "'" + merges[i].first + "' + '" + merges[i].second + "'" : "(none)";
+}
+
 BpeTrainerOptions no_specials(int32_t vocab_size, int64_t min_frequency = 1) {
   BpeTrainerOptions options;
   options.special_tokens.clear();
@@ -52,6 +73,52 @@ BpeTrainerOptions no_specials(int32_t vocab_size, int64_t min_frequency = 1) {
 }
 
 }  // namespace
+
+TEST_CASE("BpeTrainer learns every merge of Hugging Face's BpeTrainer when it breaks ties as HF does",
+          "[tokenizer][bpe_trainer]") {
+  // hf_merges.json: tokenizers.trainers.BpeTrainer on corpus.jsonl with our settings (same
+  // pre-tokenizer and specials, no normalizer, the 256 byte characters as initial alphabet; the
+  // texts cut at special tokens, as we do): with the fixture's options, and with a vocab size the
+  // corpus cannot fill, so training stops on min_frequency instead (144 merges, 443 tokens).
+  // Only the order of pairs of equal count is HF's here; counting words and pairs, merging within
+  // words and both stopping rules are the trainer's own, so the lists must agree exactly.
+  const auto hf = trimkv::test::read_json(fixture("hf_merges.json"));
+  const auto texts = corpus_texts();
+  REQUIRE(hf.at("runs").size() == 2);
+  for (const auto& run : hf.at("runs")) {
+    BpeTrainerOptions options;
+    options.vocab_size = run.at("vocab_size").get<int32_t>();
+    options.min_frequency = run.at("min_frequency").get<int64_t>();
+    options.tie_break = trimkv::BpeTieBreak::hf_token_ids;
+    const BpeTrainResult ours = train(texts, options);
+    const Merges theirs = merges_of(run);
+    const size_t n_common = n_common_merges(ours.merges, theirs);
+    INFO("vocab size " << options.vocab_size << ", tokenizers " << hf.at("tokenizers_version").get<std::string>()
+                       << ": " << n_common << " merges agree; then ours " << merge_at(ours.merges, n_common)
+                       << ", HF's " << merge_at(theirs, n_common));
+    CHECK(theirs.size() >= 121);  // not a truncated fixture
+    CHECK(n_common == theirs.size());
+    CHECK(ours.merges.size() == theirs.size());
+    CHECK(static_cast<int64_t>(ours.vocab.size()) == run.at("n_vocab").get<int64_t>());
+  }
+  CHECK(hf.at("runs")[1].at("n_vocab").get<int32_t>() < hf.at("runs")[1].at("vocab_size").get<int32_t>());
+}
+
+TEST_CASE("BpeTrainer's own tie-break parts from HF's at the first tie the two order differently",
+          "[tokenizer][bpe_trainer]") {
+  // With our default tie-break (by bytes) the first 7 merges are HF's; the 8th is a tie of 7
+  // pairs of count 652 (every turn has one "User" and one "Assistant", and each pair inside them
+  // occurs in those words only): we merge "As" + "s" ("As" < "U" byte-wise), HF "U" + "s" (a byte
+  // token has a smaller id than any merge). From there the orders part and so do some tokens
+  // (86 of the 121 merged strings are common), which is why the test above sets HF's tie-break
+  // to compare every merge.
+  const auto hf = trimkv::test::read_json(fixture("hf_merges.json"));
+  const Merges theirs = merges_of(hf.at("runs")[0]);
+  const BpeTrainResult ours = train(corpus_texts(), fixture_options());
+  REQUIRE(n_common_merges(ours.merges, theirs) == 7);
+  CHECK(ours.merges[7] == std::make_pair(std::string("As"), std::string("s")));
+  CHECK(theirs[7] == std::make_pair(std::string("U"), std::string("s")));
+}
 
 TEST_CASE("BpeTrainer re-trains the committed tokenizer.json byte for byte", "[tokenizer][bpe_trainer]") {
   const auto texts = corpus_texts();
@@ -129,6 +196,11 @@ TEST_CASE("BpeTrainer merges the most frequent pair first and breaks ties by byt
   using P = std::pair<std::string, std::string>;
   CHECK(r.merges == std::vector<P>{{"a", "b"}, {"ab", "c"}, {"\xC4\xA0", "abc"}});
   CHECK(r.vocab.back() == "\xC4\xA0" "abc");
+  // HF's order puts the space's stand-in "Ġ" after every printable byte: words "Ġa", "Ġbc".
+  CHECK(train({" a bc"}, no_specials(257)).merges[0] == P{"\xC4\xA0", "a"});
+  BpeTrainerOptions hf_ties = no_specials(257);
+  hf_ties.tie_break = trimkv::BpeTieBreak::hf_token_ids;
+  CHECK(train({" a bc"}, hf_ties).merges[0] == P{"b", "c"});
 }
 
 TEST_CASE("BpeTrainer stops when no pair reaches min_frequency", "[tokenizer][bpe_trainer]") {

@@ -1,6 +1,6 @@
 """Regenerates every oracle fixture under tests/data (needs Python with transformers, tokenizers,
 torch: `packaging/setup.sh --oracle` makes that environment). CI never runs this; the outputs are
-committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|normalizers|models|rope|gates|vlm|templates|chat|qwen2vl|quant|gguf|demo ...]"""
+committed. Usage: <venv>/bin/python tests/oracle/make_fixtures.py [tokenizers|normalizers|models|rope|gates|vlm|templates|chat|qwen2vl|quant|gguf|bpe|demo ...]"""
 import os
 import sys
 from pathlib import Path
@@ -51,6 +51,9 @@ def main(argv):
     if "gguf" in parts:  # after "models" and "chat": GGUF files of the tiny text models (gguf, llama-cpp-python)
         import gguf_fixtures
         gguf_fixtures.main(DATA)
+    if "bpe" in parts:  # needs the built trimkv ($TRIMKV_BIN, else build/app/trimkv): our trainer's file, HF's merges
+        import bpe_trainer_fixtures
+        bpe_trainer_fixtures.main(DATA, os.environ.get("TRIMKV_BIN", HERE.parent.parent / "build" / "app" / "trimkv"))
     if "demo" in parts:  # needs resources/demo-model (trimkv train-demo) and tests/data/demo/world
         import demo_fixtures
         demo_fixtures.main(DATA)

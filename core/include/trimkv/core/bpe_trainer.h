@@ -17,6 +17,13 @@
 // only on the multiset of texts and the options, never on hash order: the same input gives a
 // byte-identical file. A merge whose string is already a token (e.g. "ab"+"c" after
 // "a"+"bc") reuses that token's id, as HF does.
+//
+// HF breaks ties by token ids instead, in its own layout: specials, then the 256 byte-level
+// characters in code-point order (printable bytes first, so the space "Ġ" comes after "~"),
+// then merges in creation order. The orders differ only on ties, and ties are everywhere in
+// templated text (every pair of a word that only ever occurs whole, like "Assistant", has the
+// same count), so BpeTieBreak::hf_token_ids exists for the oracle test that compares every
+// merge with HF's trainer (tests/core/test_bpe_trainer.cpp).
 #pragma once
 
 #include <cstdint>
@@ -32,10 +39,17 @@ namespace trimkv {
 // "<global-img>", then "<row_{r}_col_{c}>" for r, c in 1..6 (SmolVLM's image expansion).
 std::vector<std::string> default_special_tokens();
 
+// How pairs of equal count are ordered (see the file comment).
+enum class BpeTieBreak {
+  bytes,          // the smaller (left bytes, right bytes) first: what the project trains with
+  hf_token_ids,   // the smaller (left id, right id) in HF's BpeTrainer layout first
+};
+
 struct BpeTrainerOptions {
   int32_t vocab_size = 1024;  // specials + 256 bytes + merges
   int64_t min_frequency = 2;  // a pair seen fewer times (counting word frequencies) is not merged
   std::vector<std::string> special_tokens = default_special_tokens();
+  BpeTieBreak tie_break = BpeTieBreak::bytes;  // the file's layout is the same either way
 };
 
 struct BpeTrainResult {
