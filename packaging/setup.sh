@@ -8,8 +8,13 @@
 #                                 0.5.5, for tests/bench/kvpress_compare.py; kvpress needs
 #                                 transformers < 5.3, so it gets its own, and borrows the oracle
 #                                 environment's torch instead of downloading another
+#   packaging/setup.sh --authors  also (after --oracle's) an environment with the TrimKV authors'
+#                                 package trimkv 0.1.5 (PyPI), for tests/oracle/authors_gates_fixtures.py;
+#                                 it pins transformers 4.57.1, so it gets its own, and borrows the
+#                                 oracle environment's torch as --kvpress does
 # Environment: TRIMKV_VENV (default ~/.cache/trimkv/venv-oracle) for the --oracle environment,
-# TRIMKV_KVPRESS_VENV (default ~/.cache/trimkv/venv-kvpress) for the --kvpress one.
+# TRIMKV_KVPRESS_VENV (default ~/.cache/trimkv/venv-kvpress) for the --kvpress one,
+# TRIMKV_AUTHORS_VENV (default ~/.cache/trimkv/venv-authors) for the --authors one.
 set -euo pipefail
 
 PACKAGES=(
@@ -28,11 +33,13 @@ PACKAGES=(
 
 want_oracle=0
 want_kvpress=0
+want_authors=0
 for arg in "$@"; do
   case "$arg" in
     --oracle) want_oracle=1 ;;
     --kvpress) want_oracle=1; want_kvpress=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --authors) want_oracle=1; want_authors=1 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg'" >&2; exit 2 ;;
   esac
 done
@@ -63,18 +70,36 @@ if [ "$want_oracle" = 1 ]; then
   echo "setup: oracle environment ready: $venv/bin/python"
 fi
 
-if [ "$want_kvpress" = 1 ]; then
-  oracle="${TRIMKV_VENV:-$HOME/.cache/trimkv/venv-oracle}"
-  kvenv="${TRIMKV_KVPRESS_VENV:-$HOME/.cache/trimkv/venv-kvpress}"
-  if [ ! -x "$kvenv/bin/python" ] || ! "$kvenv/bin/python" -c "import kvpress, transformers, torch" 2>/dev/null; then
-    echo "setup: creating the kvpress environment in $kvenv"
-    [ -x "$kvenv/bin/python" ] || python3 -m venv "$kvenv"
-    # The oracle environment's packages come after this environment's own on sys.path: torch is
-    # found there (and satisfies kvpress's requirement), transformers 5.2 installed here wins.
-    site="$("$kvenv/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
+# An environment beside the oracle one, for a package that pins another transformers: the oracle
+# environment's packages come after its own on sys.path, so torch (and the triton it brings) is
+# found there instead of being downloaded again, while the transformers installed here wins.
+#   side_env NAME DIR CHECK PACKAGE...   (CHECK: Python that succeeds when DIR is ready)
+side_env() {
+  local name="$1" dir="$2" check="$3"
+  shift 3
+  local oracle="${TRIMKV_VENV:-$HOME/.cache/trimkv/venv-oracle}"
+  if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c "$check" 2>/dev/null; then
+    echo "setup: creating the $name environment in $dir"
+    [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
+    local site
+    site="$("$dir/bin/python" -c 'import site; print(site.getsitepackages()[0])')"
     "$oracle/bin/python" -c 'import site; print(site.getsitepackages()[0])' > "$site/zz_oracle_env.pth"
-    "$kvenv/bin/pip" install -q --upgrade pip
-    "$kvenv/bin/pip" install -q "kvpress==0.5.5" "transformers>=4.56,<5.3" "tokenizers<0.23.1" "huggingface-hub<2"
+    "$dir/bin/pip" install -q --upgrade pip
+    "$dir/bin/pip" install -q "$@"
   fi
-  echo "setup: kvpress environment ready: $kvenv/bin/python"
+  echo "setup: $name environment ready: $dir/bin/python"
+}
+
+if [ "$want_kvpress" = 1 ]; then
+  side_env kvpress "${TRIMKV_KVPRESS_VENV:-$HOME/.cache/trimkv/venv-kvpress}" "import kvpress, transformers, torch" \
+    "kvpress==0.5.5" "transformers>=4.56,<5.3" "tokenizers<0.23.1" "huggingface-hub<2"
+fi
+
+if [ "$want_authors" = 1 ]; then
+  # trimkv imports flash_attn (CUDA only, not among its requirements) at import time, so
+  # readiness is read from the package metadata; authors_gates_fixtures.py stands in for
+  # flash_attn (it is never called).
+  side_env "TrimKV authors'" "${TRIMKV_AUTHORS_VENV:-$HOME/.cache/trimkv/venv-authors}" \
+    "import importlib.metadata as m, transformers, torch, einops; assert m.version('trimkv') == '0.1.5'" \
+    "trimkv==0.1.5" "transformers==4.57.1"
 fi

@@ -1,5 +1,6 @@
 // Retention gates (METHOD.md §2): init, tying, the decoder hook, files (ours and the reference's
-// trimkv_weights.pth), refusal of gates made for another model. Oracle: tests/oracle/gate_fixtures.py.
+// trimkv_weights.pth), refusal of gates made for another model. Oracles: tests/oracle/gate_fixtures.py
+// (our own torch code) and tests/oracle/authors_gates_fixtures.py (the authors' trimkv package).
 #include <ATen/ATen.h>
 
 #include <catch2/catch.hpp>
@@ -128,6 +129,95 @@ TEST_CASE("trimkv_weights.pth written by torch.save imports equal to the same ga
   REQUIRE(gates_file_metadata(gates_fixture("trimkv_weights.pth")).empty());
 }
 
+namespace {
+// Inference attention is plain (β only ranks entries): records each layer's log β along the plain
+// dense path by handing the decoder zeros.
+struct LogBetaRecorder : EntryScorer {
+  const RetentionGates* g = nullptr;
+  mutable std::vector<at::Tensor> seen;
+  at::Tensor log_beta(int64_t il, const at::Tensor& x) const override {
+    seen.push_back(g->log_beta(il, x));
+    return at::zeros_like(seen.back());
+  }
+};
+}  // namespace
+
+TEST_CASE("trimkv_weights.pth saved from the authors' own model classes: read, fits, same log beta as their gates",
+          "[gates][oracle][authors]") {
+  // Written by tests/oracle/authors_gates_fixtures.py with the authors' PyPI package (trimkv 0.1.5):
+  // their TrimKVLlamaForCausalLM ('rg10' gates, tied: DBTrimKV) on llama_gqa and
+  // TrimKVQwen3ForCausalLM ('rg': TrimKV) on qwen3, the file their from_pretrained accepts, and
+  // for the same tokens their gate modules' outputs on their model's hidden states (eval mode,
+  // plain attention) and their training form's log β and logits (gated flex attention).
+  const std::string dir = gates_fixture("authors");
+  const auto j = test::read_json(dir + "/expected.json");
+  WeightStore expected = WeightStore::open_file(dir + "/expected.safetensors");
+  REQUIRE(j["cases"].size() == 2);
+  for (const auto& [name, c] : j["cases"].items()) {
+    CAPTURE(name);
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    const int64_t n = static_cast<int64_t>(ids.size());
+    const std::string model_dir = test::model_dir(c["model"].get<std::string>());
+    const std::string pth = dir + "/" + name + "/trimkv_weights.pth";
+    const std::string kind = c["kind"].get<std::string>();
+    // What `trimkv info --model DIR --gates FILE` checks: the file against the model's config.
+    const GatesFileInfo info = check_gates_file(pth, model_dir);
+    REQUIRE(info.kind == kind);
+    REQUIRE(info.tied == c["tied"].get<bool>());
+    REQUIRE(info.n_layer == c["n_layer"].get<int64_t>());
+    REQUIRE(info.n_kv_head == c["n_kv_head"].get<int64_t>());
+    REQUIRE(info.gate_hidden == c["gate_hidden"].get<int64_t>());
+    REQUIRE(read_torch_state_dict(pth).size() == c["n_keys"].get<size_t>());
+    const RetentionGates g = load_gates(pth);
+    if (info.tied)
+      for (const auto& l : g.layers()) REQUIRE((l.w3.is_same(g.layers()[0].w3) && l.bias.is_same(g.layers()[0].bias)));
+
+    // Our log β on the plain (inference) path equals their gate modules' outputs.
+    TextModel m = load_text_model(model_dir);
+    LogBetaRecorder rec;
+    rec.g = &g;
+    m.decoder->forward_dense(m.decoder->embed(ids_tensor(ids)), at::arange(n, at::kLong), {}, &rec);
+    REQUIRE(static_cast<int64_t>(rec.seen.size()) == m.config.n_layer);
+    std::vector<at::Tensor> theirs;
+    for (int64_t l = 0; l < m.config.n_layer; ++l) {
+      theirs.push_back(expected.load({name + ".log_beta." + std::to_string(l)}, {n, m.config.n_kv_head}));
+      CAPTURE(l);
+      REQUIRE(rec.seen[l].scalar_type() == at::kFloat);
+      REQUIRE((rec.seen[l] - theirs[l]).abs().max().item<double>() < 1e-5);
+    }
+    // And so does the log β a chunked prefill stores in the cache entries (its layer-1 inputs are
+    // summed in another order: up to 5e-6 measured).
+    KvCache cache(kv_geometry_of(m.config));
+    TextRunner runner(m, cache, /*prefill_chunk=*/5);
+    runner.set_eviction(nullptr, &g);
+    runner.prefill(ids);
+    for (int il = 0; il < m.config.n_layer; ++il)
+      for (int h = 0; h < m.config.n_kv_head; ++h) {
+        const auto& entries = cache.bookkeeping().entries(il, h);
+        REQUIRE(static_cast<int64_t>(entries.size()) == n);
+        for (const auto& e : entries)
+          REQUIRE(e.log_beta == Approx(theirs[il][e.token_index][h].item<float>()).margin(2e-5));
+      }
+    // Their training form (train mode, flex attention adding (t - i)·log β_i): our gated dense
+    // forward gives the same log β per layer (from layer 1 on, gate inputs that depend on the
+    // gated attention before) and the same logits.
+    std::vector<at::Tensor> lbs;
+    at::Tensor hs = m.decoder->forward_dense(m.decoder->embed(ids_tensor(ids)), at::arange(n, at::kLong), {}, &g, &lbs);
+    REQUIRE(static_cast<int64_t>(lbs.size()) == m.config.n_layer);
+    for (int64_t l = 0; l < m.config.n_layer; ++l) {
+      CAPTURE(l);
+      at::Tensor want = expected.load({name + ".gated.log_beta." + std::to_string(l)}, {n, m.config.n_kv_head});
+      REQUIRE((lbs[l] - want).abs().max().item<double>() < 1e-5);
+    }
+    at::Tensor want_logits = expected.load({name + ".gated.logits"}, {n, m.config.vocab_size});
+    REQUIRE((m.decoder->logits(hs) - want_logits).abs().max().item<double>() < 1e-4);
+    // The engine takes it as --gates for that model.
+    EngineOptions opt;
+    opt.gates = pth;
+    REQUIRE(Engine::load(model_dir, opt)->info().gates_kind == kind);
+  }
+}
+
 TEST_CASE("Gated dense forward reproduces the oracle's log beta and student logits", "[gates][oracle]") {
   TextModel m = load_text_model(test::model_dir("llama_gqa"));
   auto j = test::read_json(gates_fixture("expected.json"));
@@ -156,16 +246,7 @@ TEST_CASE("forward_cached stores the gate's log beta in every new cache entry", 
   RetentionGates g = load_gates(gates_fixture("llama_gqa_trimkv.safetensors"));
   const std::vector<int32_t> ids = {5, 17, 200, 31, 9, 77, 123};
   const int64_t n = static_cast<int64_t>(ids.size());
-  // Inference attention is plain (β only ranks entries): record the gate's log β along the plain
-  // dense path by handing the decoder zeros.
-  struct Recorder : EntryScorer {
-    const RetentionGates* g;
-    mutable std::vector<at::Tensor> seen;
-    at::Tensor log_beta(int64_t il, const at::Tensor& x) const override {
-      seen.push_back(g->log_beta(il, x));
-      return at::zeros_like(seen.back());
-    }
-  } rec;
+  LogBetaRecorder rec;  // the plain dense path's log β
   rec.g = &g;
   m.decoder->forward_dense(m.decoder->embed(ids_tensor(ids)), at::arange(n, at::kLong), {}, &rec);
   const std::vector<at::Tensor>& dense_lb = rec.seen;
