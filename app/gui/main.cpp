@@ -1,6 +1,8 @@
 // trimkv-studio: the TrimKV Studio desktop application (issue 7).
 //   trimkv-studio [--model DIR]            the window, on DIR or the embedded demo model
 //   trimkv-studio --screenshot FILE.png    sample conversation, render the window, save, exit
+//   trimkv-studio --prompt A [--image F] [--prompt B] --send
+//                                          sends the prompts in turn once the model is loaded
 //   trimkv-studio --version                the version and git revision (no display needed)
 #include <QApplication>
 #include <QCommandLineParser>
@@ -14,6 +16,7 @@
 #include "main_window.h"
 #include "chat_input.h"
 #include "sample_turn.h"
+#include "scripted_turns.h"
 #include "screenshot_run.h"
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/default_model.h"
@@ -63,7 +66,7 @@ int main(int argc, char** argv) {
                                      QStringLiteral("KV entries per head the model's default policy starts at."),
                                      QStringLiteral("M"));
   const QCommandLineOption promptOpt(QStringLiteral("prompt"),
-                                     QStringLiteral("The first message (instead of the sample question)."),
+                                     QStringLiteral("The first message (instead of the sample question); repeated, the turns --send sends."),
                                      QStringLiteral("TEXT"));
   const QCommandLineOption imageOpt(QStringLiteral("image"),
                                     QStringLiteral("An image for the first message (repeatable; instead of the sample's)."),
@@ -71,6 +74,10 @@ int main(int argc, char** argv) {
   parser.addOption(budgetOpt);
   parser.addOption(promptOpt);
   parser.addOption(imageOpt);
+  const QCommandLineOption sendOpt(QStringLiteral("send"),
+                                   QStringLiteral("Send the --prompt messages (each after the previous answer) once the model is loaded, "
+                                                  "instead of leaving the first in the input; the last conversation is not offered."));
+  parser.addOption(sendOpt);
   parser.process(app);
 
   QString modelDir = parser.value(modelOpt);
@@ -117,6 +124,10 @@ int main(int argc, char** argv) {
   const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
   const QString ownText = parser.value(promptOpt);
   const QStringList ownImages = parser.values(imageOpt);
+  if (parser.isSet(sendOpt) && !parser.isSet(promptOpt)) {
+    std::fprintf(stderr, "trimkv-studio: --send needs at least one --prompt\n");
+    return 2;
+  }
   if (parser.isSet(shotOpt)) {
     if (!modelError.isEmpty()) {
       std::fprintf(stderr, "trimkv-studio: --screenshot failed: %s\n", qPrintable(modelError));
@@ -141,7 +152,13 @@ int main(int argc, char** argv) {
   window.show();
   // The sample conversation, ready to send: its question in the input, its image attached.
   QTemporaryDir samples;
-  QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples, ownTurn, ownText, ownImages] {
+  if (parser.isSet(sendOpt)) {
+    auto* script = new ScriptedTurns(&window, parser.values(promptOpt), ownImages);
+    QObject::connect(&window, &MainWindow::modelLoaded, script, &ScriptedTurns::start, Qt::SingleShotConnection);
+  }
+  QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples, ownTurn, ownText, ownImages,
+                                                                 send = parser.isSet(sendOpt)] {
+    if (send) return;  // a scripted conversation: nothing to offer, nothing to fill in
     window.offerAutosaveRestore();  // the last conversation, if there is one
     if (!window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
     if (ownTurn) {  // --prompt / --image: ready to send

@@ -30,6 +30,7 @@
 #include <QSpinBox>
 #include <QtTest>
 #include <memory>
+#include <random>
 #include <set>
 #include <tuple>
 
@@ -558,6 +559,94 @@ class MainWindowTest : public QObject {
     m_window->setAutosaveFile(QString());
   }
 
+  // kill -9 of the real application mid-answer (issue 21): the autosave holds the conversation up
+  // to the last completed turn, loads, and is offered on the next start. The process is the
+  // installed-style binary on the embedded demo model, driven by --prompt ... --send; its second
+  // prompt is long (thousands of tokens of prefill), so the kill lands while it is answered.
+  void aStudioKilledMidAnswerKeepsTheLastCompletedTurn() {
+    QTemporaryDir home;
+    QVERIFY(home.isValid());
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    env.insert(QStringLiteral("XDG_DATA_HOME"), home.filePath(QStringLiteral("data")));
+    env.insert(QStringLiteral("XDG_CONFIG_HOME"), home.filePath(QStringLiteral("config")));
+    const QString autosave = home.filePath(QStringLiteral("data/TrimKV/TrimKV Studio/autosave/conversation.json"));
+    const QString first = QStringLiteral("What shape is the orange object?");
+    // ~12,000 tokens (the demo model takes 16,384): seconds of prefill on one thread.
+    const QString second = QStringLiteral("blue ").repeated(12000) + QStringLiteral("What colour is the circle?");
+    auto messagesIn = [&autosave]() -> int {
+      if (!QFileInfo::exists(autosave)) return 0;
+      return static_cast<int>(loadConversationFile(autosave).size());  // throws on a torn file
+    };
+    // delayMs < 0: kill 100 ms after the first answer is autosaved; else that long after the start.
+    auto runAndKill = [&](int delayMs) {
+      QProcess studio;
+      studio.setProcessEnvironment(env);
+      studio.setProcessChannelMode(QProcess::ForwardedErrorChannel);
+      studio.start(QStringLiteral(TRIMKV_STUDIO_PATH),
+                   {QStringLiteral("--model"), QStringLiteral(TRIMKV_DEMO_MODEL_DIR), QStringLiteral("--threads"),
+                    QStringLiteral("1"), QStringLiteral("--prompt"), first, QStringLiteral("--prompt"), second,
+                    QStringLiteral("--send")});
+      QVERIFY(studio.waitForStarted(10000));
+      QElapsedTimer clock;
+      clock.start();
+      if (delayMs < 0) {
+        while (messagesIn() < 2 && clock.elapsed() < kTurnTimeoutMs && studio.state() == QProcess::Running) QTest::qWait(5);
+        QCOMPARE(messagesIn(), 2);
+        QTest::qWait(100);
+      } else {
+        QTest::qWait(delayMs);
+      }
+      QCOMPARE(studio.state(), QProcess::Running);  // it did not end on its own
+      studio.kill();                                 // SIGKILL
+      QVERIFY(studio.waitForFinished(10000));
+      QCOMPARE(studio.exitStatus(), QProcess::CrashExit);
+    };
+
+    runAndKill(-1);
+    if (QTest::currentTestFailed()) return;
+    // The second answer was being computed: the file holds the first turn, complete.
+    std::vector<trimkv::Message> messages = loadConversationFile(autosave);
+    QCOMPARE(static_cast<int>(messages.size()), 2);
+    QCOMPARE(QString::fromStdString(messages[0].content.at(0).text), first);
+    QVERIFY(!messages[1].content.at(0).text.empty());
+
+    // Kills at moments drawn at random (seeded): whatever the moment, the file is absent or a
+    // whole conversation of completed turns.
+    std::mt19937 rng(2112);
+    for (int i = 0; i < 4; ++i) {
+      QFile::remove(autosave);
+      const int delay = std::uniform_int_distribution<int>(0, 5000)(rng);
+      runAndKill(delay);
+      if (QTest::currentTestFailed()) return;
+      int n = -1;
+      try {
+        n = messagesIn();
+      } catch (const std::exception& e) {
+        QFAIL(qPrintable(QStringLiteral("killed after %1 ms: the autosave does not load: %2").arg(delay).arg(e.what())));
+      }
+      qInfo("killed after %d ms: %d messages autosaved", delay, n);
+      QVERIFY2(n == 0 || n == 2 || n == 4, qPrintable(QStringLiteral("%1 messages after a kill at %2 ms").arg(n).arg(delay)));
+    }
+
+    // The next start offers what was saved, and opening it replays the completed turn.
+    QFile::remove(autosave);
+    runAndKill(-1);
+    if (QTest::currentTestFailed()) return;
+    m_window->setAutosaveFile(autosave);
+    newConversation();
+    m_window->offerAutosaveRestore();
+    auto* box = m_window->findChild<QMessageBox*>(QStringLiteral("restoreDialog"));
+    QVERIFY(box);
+    QTRY_VERIFY(box->isVisible());
+    QVERIFY(box->text().contains(QStringLiteral("2 messages")));
+    QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
+    box->button(QMessageBox::Open)->click();
+    QVERIFY(loaded.wait(kTurnTimeoutMs));
+    QCOMPARE(m_window->conversation()->messageCount(), 2);
+    m_window->setAutosaveFile(QString());
+  }
+
   void theScreenshotModeSavesTheWindowWithTheInspector() {
     QTemporaryDir dir;
     QVERIFY(dir.isValid());
@@ -969,6 +1058,36 @@ class MainWindowTest : public QObject {
     QVERIFY(!m_window->stopButton()->isEnabled());
   }
 
+  // Stop while a message is still being read in (issue 21: every long operation returns control
+  // within 200 ms): thousands of tokens of prefill on the built-in demo model with one thread, so
+  // that the prefill takes seconds. (Pictures are encoded with the same stop checks, one per
+  // vision layer, but no model here encodes slowly enough to time a stop inside it.)
+  void stopDuringAPrefillLandsWithin200ms() {
+    MainWindow w;
+    w.resize(1200, 800);
+    w.show();
+    w.setThreads(1);
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.openModel(QStringLiteral(TRIMKV_TEST_DATA_DIR "/../../resources/demo-model"));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QSignalSpy failed(&w, &MainWindow::turnFailed);
+    QSignalSpy finished(&w, &MainWindow::answerFinished);
+    w.sendTurn(QStringLiteral("blue ").repeated(12000) + QStringLiteral("What colour is the circle?"), {});
+    QTest::qWait(300);  // well inside the prefill
+    QVERIFY2(finished.isEmpty() && failed.isEmpty(), "the turn ended on its own before the stop");
+    QElapsedTimer clock;
+    clock.start();
+    QTest::mouseClick(w.stopButton(), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(!failed.isEmpty() || !finished.isEmpty(), kTurnTimeoutMs);
+    const qint64 ms = clock.elapsed();
+    qInfo("the prefill stopped %lld ms after Stop", static_cast<long long>(ms));
+    QVERIFY(finished.isEmpty());  // it did not run to its answer
+    QCOMPARE(failed.first().at(0).toString(), QStringLiteral("Stopped before the answer started."));
+    QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
+    QCOMPARE(w.conversation()->messageCount(), 0);  // the conversation is as before the message
+    QTRY_VERIFY(w.sendButton()->isEnabled());
+  }
+
   void recentModelsListLoadedFoldersAndReloadWithABusyIndicator() {
     QCOMPARE(RecentModels::withItem({"/a", "/b", "/c"}, QStringLiteral("/b")), (QStringList{"/b", "/a", "/c"}));
     QStringList many;
@@ -1130,8 +1249,10 @@ class MainWindowTest : public QObject {
     clock.start();
     QTest::mouseClick(cw->cancelButton(), Qt::LeftButton);
     QVERIFY(finished.wait(10000));
+    const qint64 compareStopMs = clock.elapsed();
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
-    QVERIFY(clock.elapsed() < 5000);
+    qInfo("the comparison stopped %lld ms after Cancel", static_cast<long long>(compareStopMs));
+    QVERIFY2(compareStopMs < 200, qPrintable(QString::number(compareStopMs)));
     QVERIFY(!cw->isRunning());
     QVERIFY(cw->runButton()->isEnabled());
     params.max_new_tokens = 12;
@@ -1276,8 +1397,10 @@ class MainWindowTest : public QObject {
     clock.start();
     QTest::mouseClick(ev->cancelButton(), Qt::LeftButton);
     QVERIFY(finished.wait(10000));
+    const qint64 evalStopMs = clock.elapsed();
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
-    QVERIFY2(clock.elapsed() < 5000, qPrintable(QString::number(clock.elapsed())));
+    qInfo("the evaluation stopped %lld ms after Cancel", static_cast<long long>(evalStopMs));
+    QVERIFY2(evalStopMs < 200, qPrintable(QString::number(evalStopMs)));
     QVERIFY(!ev->isRunning());
     QVERIFY(ev->runButton()->isEnabled());
     QCOMPARE(ev->table()->rowCount(), 5);  // the finished rows stay

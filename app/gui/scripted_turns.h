@@ -1,0 +1,24 @@
+// A conversation given on the command line (`trimkv-studio --prompt A --image X --prompt B
+// --send`): once the model is loaded each prompt is sent in turn, the next when the previous
+// answer has finished, as if typed. For demos and for tests that drive the real process (the
+// kill -9 autosave check in tests/gui). The images go with the first prompt.
+#pragma once
+#include <QObject>
+#include <QStringList>
+
+class MainWindow;
+struct TurnStats;
+
+class ScriptedTurns : public QObject {
+  Q_OBJECT
+ public:
+  ScriptedTurns(MainWindow* window, QStringList prompts, QStringList images);
+  void start();  // sends the first prompt (call once the model is loaded)
+
+ private:
+  void sendNext();
+  MainWindow* m_window;
+  QStringList m_prompts;
+  QStringList m_images;
+  int m_next = 0;
+};
