@@ -237,6 +237,25 @@ class MainWindowTest : public QObject {
       }
     QCOMPARE(total, f.state.kv_entries);
     QCOMPARE(total, f.kv->total_entries);
+
+    // Not only the snapshot it was handed: an engine built here, apart from the Studio's worker,
+    // under the same eviction and generation settings and given the same turn (the conversation so
+    // far: one image turn, its answer regenerated, greedy), holds per head what the grid shows.
+    auto engine = trimkv::vision::ChatEngine::load(m_window->model().dir.toStdString());
+    engine->set_eviction(m_window->eviction());
+    engine->add_user_turn("What is in the image?", {kImage.toStdString()});
+    const std::string text = engine->respond(m_window->generationSettings()->params()).text;
+    QCOMPARE(QString::fromStdString(text), m_window->conversation()->lastAnswer());
+    const trimkv::KvSnapshot apart = engine->snapshot();
+    QCOMPARE(apart.n_tokens, f.state.tokens);
+    for (int l = 0; l < grid->layerCount(); ++l)
+      for (int h = 0; h < grid->headCount(); ++h) {
+        const trimkv::ModalityCounts& want = apart.head(l, h).counts;
+        const trimkv::ModalityCounts shown = grid->cellCounts(l, h);
+        QVERIFY2(shown == want, qPrintable(QStringLiteral("head %1.%2: the grid shows %3 text + %4 image, the engine "
+                                                           "built apart holds %5 + %6")
+                                               .arg(l).arg(h).arg(shown.text).arg(shown.image).arg(want.text).arg(want.image)));
+      }
   }
 
   void theStripAndOverlayShowTheSelectedHead() {
@@ -1189,6 +1208,7 @@ class MainWindowTest : public QObject {
     // Two answers per side, one per user turn: the answers an engine built here, apart from the
     // Studio's, gives under that side's settings (compressing at the budget: slack 0) to the same
     // turns; the answers that differ between the sides, and only those, are marked.
+    trimkv::KvSnapshot apart[2];
     for (int side = 0; side < 2; ++side) {
       QCOMPARE(cw->answers(side).size(), 2);
       QVERIFY(cw->answerView(side)->toPlainText().contains(QStringLiteral("And the colour?")));
@@ -1201,6 +1221,7 @@ class MainWindowTest : public QObject {
       engine->add_user_turn("And the colour?", {});
       const QString second = QString::fromStdString(engine->respond(params).text);
       QCOMPARE(cw->answers(side), (QStringList{first, second}));
+      apart[side] = engine->snapshot();
     }
     int differing = 0;
     for (int t = 0; t < 2; ++t) differing += cw->answers(0)[t] != cw->answers(1)[t] ? 1 : 0;
@@ -1219,6 +1240,8 @@ class MainWindowTest : public QObject {
         const int64_t kept = cw->grid(1)->cellCounts(l, h).total();
         QVERIFY2(kept >= 1 && kept <= 4, qPrintable(QStringLiteral("B head %1.%2 keeps %3").arg(l).arg(h).arg(kept)));
         QVERIFY(cw->grid(1)->cellCounts(l, h) == b.kv->head(l, h).counts);
+        // ... and what the engines built apart above hold after the same two turns.
+        for (int side = 0; side < 2; ++side) QVERIFY(cw->grid(side)->cellCounts(l, h) == apart[side].head(l, h).counts);
       }
     QVERIFY(b.kv->n_events > 0);
 
