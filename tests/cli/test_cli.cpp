@@ -11,7 +11,6 @@
 #include "commands.h"
 #include "args.h"
 #include "test_util.h"
-#include "trimkv/core/tokenizer.h"
 
 namespace {
 
@@ -45,12 +44,40 @@ TEST_CASE("trimkv info --json reports the architecture and sizes", "[cli]") {
   REQUIRE(j["tokenizer"] == true);
 }
 
-TEST_CASE("trimkv tokenize prints the tokenizer's ids as JSON", "[cli]") {
-  const std::string text = "Hello  world 123 \xe2\x9c\x93";
-  Run r = run_cli({"tokenize", "--model", kModel, "--text", text});
-  REQUIRE(r.code == 0);
-  auto ids = nlohmann::json::parse(r.out).get<std::vector<int32_t>>();
-  REQUIRE(ids == trimkv::Tokenizer::from_folder(kModel).encode(text));
+TEST_CASE("trimkv tokenize prints the ids Hugging Face tokenizers gives", "[cli][oracle]") {
+  // The oracle: tokenizers/expected.json, HF tokenizers' encode of its corpus with each saved
+  // tokenizer.json (tests/oracle/tokenizer_fixtures.py). The model folders hold a copy of that file
+  // (tests/oracle/model_fixtures.py), checked byte for byte here, so the ids apply to them.
+  const nlohmann::json hf = trimkv::test::read_json(trimkv::test::data_dir() + "/tokenizers/expected.json");
+  // A few texts of the corpus, through the command line's argv: digits and punctuation, control
+  // whitespace, combining marks (NFD; qwen2 normalizes to NFC), CJK, and added special tokens with
+  // --no-special.
+  const std::vector<std::pair<std::string, bool>> picked = {
+      {"numbers: 007, 1,000,000 and -42", true},
+      {"mixed \t \n whitespace \n\t ", true},
+      {"cafe\xcc\x81 nai\xcc\x88ve re\xcc\x81sume\xcc\x81 A\xcc\x8angstro\xcc\x88m", true},
+      {"\xe4\xbd\xa0\xe5\xa5\xbd\xe4\xb8\x96\xe7\x95\x8c\xef\xbc\x8c\xe6\x9c\xba\xe5\x99\xa8\xe5\xad\xa6\xe4\xb9\xa0\xe3\x80\x82", true},
+      {"<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>assistant\n", false},
+  };
+  for (const auto& [model, tokenizer] : {std::pair{std::string("llama_gqa"), std::string("smollm2")}, {"qwen2", "qwen2"}}) {
+    const std::string dir = trimkv::test::model_dir(model);
+    CAPTURE(model, tokenizer);
+    REQUIRE(trimkv::test::read_bytes(dir + "/tokenizer.json") ==
+            trimkv::test::read_bytes(trimkv::test::data_dir() + "/tokenizers/" + tokenizer + "/tokenizer.json"));
+    for (const auto& [text, add_special] : picked) {
+      CAPTURE(text, add_special);
+      const nlohmann::json* want = nullptr;
+      for (const auto& c : hf.at(tokenizer))
+        if (c.at("text") == text && c.at("add_special_tokens") == add_special) want = &c.at("ids");
+      REQUIRE(want);  // a text missing from the fixture is an error, not a skip
+      std::vector<std::string> args = {"tokenize", "--model", dir, "--text", text};
+      if (!add_special) args.push_back("--no-special");
+      const Run r = run_cli(args);
+      CAPTURE(r.err);
+      REQUIRE(r.code == 0);
+      REQUIRE(nlohmann::json::parse(r.out) == *want);
+    }
+  }
 }
 
 TEST_CASE("trimkv generate --json reproduces the oracle's greedy continuation", "[cli]") {

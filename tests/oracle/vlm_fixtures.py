@@ -169,6 +169,8 @@ def greedy(model, inputs):
         full["input_ids"] = out[:, :-1]
         full["attention_mask"] = torch.ones_like(out[:, :-1])
         logits = model(**full).logits[0, n - 1:]
+    # Plain argmax at every step: no logits processor (e.g. min_new_tokens masking EOS) chose.
+    assert logits.argmax(-1).tolist() == new, (logits.argmax(-1).tolist(), new)
     top2 = logits.topk(2, dim=-1).values
     return new, float((top2[:, 0] - top2[:, 1]).min())
 
@@ -232,6 +234,8 @@ def build(data: Path, out_root: Path, name, spec, images_dir: Path, tokenizer_sr
 
     record("single", "Describe <image> briefly.", ["a.png"], splitting=False, logits=4)
     record("split", "<image>What do you see?", ["a.png"], logits=4, generate=True, vision=True)
+    if name == "idefics3":
+        studio_turn(out, expected, images_dir)
     if not full:  # the second family checks loading, tower, connector and logits only
         return finish()
     record("wide", "Look: <image>", ["wide.png"], vision=True)
@@ -250,6 +254,27 @@ def build(data: Path, out_root: Path, name, spec, images_dir: Path, tokenizer_sr
     record("conversation_turn1", first_turn, ["a.png"])
     expected["conversation_messages"] = conversation
     finish()
+
+
+def studio_turn(out: Path, expected, images_dir: Path):
+    """The Studio's one-turn question, as test_gui's theGuiAnswersAsChatEngineAndTheCommandLineDo
+    sends it (no system prompt, the image before the text: content_from_prompt without a
+    placeholder), laid out by the saved processor's own chat template and image settings (splitting
+    on), and HF's greedy answer of N_GREEDY tokens that never stops at EOS (the test's
+    stop_at_eos = false)."""
+    processor = Idefics3Processor.from_pretrained(str(out))  # the folder the Studio opens
+    assert isinstance(processor.image_processor, Idefics3ImageProcessorPil), type(processor.image_processor)
+    assert processor.image_processor.do_image_splitting
+    model = Idefics3ForConditionalGeneration.from_pretrained(str(out), attn_implementation="eager").eval().float()
+    images = ["a.png"]
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is in the image?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[[load(images_dir / f) for f in images]], return_tensors="pt")
+    new, margin = greedy(model, inputs)
+    expected["cases"]["studio_turn"] = {
+        "messages": messages, "text": text, "images": images, "splitting": True,
+        "input_ids": inputs["input_ids"][0].tolist(), "greedy": new, "greedy_margin": margin,
+        "greedy_text": processor.tokenizer.decode(new, skip_special_tokens=True)}
 
 
 def write_preprocess(images_dir: Path, out: Path):
