@@ -140,6 +140,15 @@ struct LogBetaRecorder : EntryScorer {
     return at::zeros_like(seen.back());
   }
 };
+
+// A cache prefilled with `ids` in chunks of `chunk` tokens, the gates scoring every entry.
+KvCache prefilled_with_gates(const TextModel& m, const RetentionGates& g, const std::vector<int32_t>& ids, int chunk) {
+  KvCache cache(kv_geometry_of(m.config));
+  TextRunner runner(m, cache, chunk);
+  runner.set_eviction(nullptr, &g);
+  runner.prefill(ids);
+  return cache;
+}
 }  // namespace
 
 TEST_CASE("trimkv_weights.pth saved from the authors' own model classes: read, fits, same log beta as their gates",
@@ -187,10 +196,7 @@ TEST_CASE("trimkv_weights.pth saved from the authors' own model classes: read, f
     }
     // And so does the log β a chunked prefill stores in the cache entries (its layer-1 inputs are
     // summed in another order: up to 5e-6 measured).
-    KvCache cache(kv_geometry_of(m.config));
-    TextRunner runner(m, cache, /*prefill_chunk=*/5);
-    runner.set_eviction(nullptr, &g);
-    runner.prefill(ids);
+    const KvCache cache = prefilled_with_gates(m, g, ids, 5);
     for (int il = 0; il < m.config.n_layer; ++il)
       for (int h = 0; h < m.config.n_kv_head; ++h) {
         const auto& entries = cache.bookkeeping().entries(il, h);
@@ -250,10 +256,7 @@ TEST_CASE("forward_cached stores the gate's log beta in every new cache entry", 
   rec.g = &g;
   m.decoder->forward_dense(m.decoder->embed(ids_tensor(ids)), at::arange(n, at::kLong), {}, &rec);
   const std::vector<at::Tensor>& dense_lb = rec.seen;
-  KvCache cache(kv_geometry_of(m.config));
-  TextRunner runner(m, cache, /*prefill_chunk=*/3);
-  runner.set_eviction(nullptr, &g);
-  runner.prefill(ids);
+  const KvCache cache = prefilled_with_gates(m, g, ids, 3);
   for (int il = 0; il < m.config.n_layer; ++il)
     for (int h = 0; h < m.config.n_kv_head; ++h) {
       const auto& entries = cache.bookkeeping().entries(il, h);
