@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
                                      QStringLiteral("KV entries per head the model's default policy starts at."),
                                      QStringLiteral("M"));
   const QCommandLineOption promptOpt(QStringLiteral("prompt"),
-                                     QStringLiteral("The first message (instead of the sample question); repeated, the turns --send sends."),
+                                     QStringLiteral("The first message (instead of the sample question); repeated, the turns --send sends (else the first is used)."),
                                      QStringLiteral("TEXT"));
   const QCommandLineOption imageOpt(QStringLiteral("image"),
                                     QStringLiteral("An image for the first message (repeatable; instead of the sample's)."),
@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
   parser.addOption(imageOpt);
   const QCommandLineOption sendOpt(QStringLiteral("send"),
                                    QStringLiteral("Send the --prompt messages (each after the previous answer) once the model is loaded, "
-                                                  "instead of leaving the first in the input; the last conversation is not offered."));
+                                                  "instead of leaving the first in the input; the last conversation is not offered, "
+                                                  "and this one is autosaved in its place."));
   parser.addOption(sendOpt);
   parser.process(app);
 
@@ -122,10 +123,14 @@ int main(int argc, char** argv) {
   if (imageSize > 0) window.setImageSize(imageSize);
   if (budget > 0) window.setStartBudget(budget);
   const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
-  const QString ownText = parser.value(promptOpt);
+  const QString ownText = parser.isSet(promptOpt) ? parser.values(promptOpt).first() : QString();
   const QStringList ownImages = parser.values(imageOpt);
   if (parser.isSet(sendOpt) && !parser.isSet(promptOpt)) {
     std::fprintf(stderr, "trimkv-studio: --send needs at least one --prompt\n");
+    return 2;
+  }
+  if (parser.isSet(sendOpt) && parser.isSet(shotOpt)) {
+    std::fprintf(stderr, "trimkv-studio: --send and --screenshot do not go together (--screenshot runs one turn)\n");
     return 2;
   }
   if (parser.isSet(shotOpt)) {

@@ -1,11 +1,21 @@
 #include "scripted_turns.h"
 
+#include <cstdio>
+
 #include "main_window.h"
 
 ScriptedTurns::ScriptedTurns(MainWindow* window, QStringList prompts, QStringList images)
     : QObject(window), m_window(window), m_prompts(std::move(prompts)), m_images(std::move(images)) {
   // Queued: the answer's own bookkeeping (autosave, the inspector) finishes before the next turn.
-  connect(m_window, &MainWindow::answerFinished, this, [this](const TurnStats&) { sendNext(); }, Qt::QueuedConnection);
+  connect(
+      m_window, &MainWindow::answerFinished, this,
+      [this](const TurnStats& stats) {
+        if (stats.stopReason == QLatin1String("cancelled")) stop(QStringLiteral("stopped"));
+        else sendNext();
+      },
+      Qt::QueuedConnection);
+  connect(m_window, &MainWindow::turnFailed, this, [this](const QString& message) { stop(message); },
+          Qt::QueuedConnection);
 }
 
 void ScriptedTurns::start() {
@@ -13,7 +23,22 @@ void ScriptedTurns::start() {
 }
 
 void ScriptedTurns::sendNext() {
-  if (m_next >= m_prompts.size()) return;
+  if (m_next >= m_prompts.size()) {
+    m_next = static_cast<int>(m_prompts.size()) + 1;  // every turn answered: the script has ended
+    return;
+  }
+  if (m_window->isAnswering()) return;  // a turn the user sent meanwhile: its end sends ours
   const QStringList images = m_next == 0 ? m_images : QStringList();
-  m_window->sendTurn(m_prompts[m_next++], images);
+  const QString text = m_prompts[m_next++];
+  std::fprintf(stderr, "trimkv-studio: sent scripted turn %d of %d\n", m_next, static_cast<int>(m_prompts.size()));
+  std::fflush(stderr);
+  m_window->sendTurn(text, images);
+}
+
+void ScriptedTurns::stop(const QString& why) {
+  if (m_next == 0 || m_next > m_prompts.size()) return;  // not running (or already ended)
+  std::fprintf(stderr, "trimkv-studio: scripted turn %d failed (%s); %d not sent\n", m_next, qPrintable(why),
+               static_cast<int>(m_prompts.size()) - m_next);
+  std::fflush(stderr);
+  m_next = static_cast<int>(m_prompts.size()) + 1;
 }

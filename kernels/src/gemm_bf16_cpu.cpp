@@ -1,6 +1,7 @@
 // bfloat16 prefill GEMM through oneDNN's matmul primitive, used where it runs on AMX tiles
 // (gemm_bf16.h).
 #include "gemm_bf16.h"
+#include "target_clones.h"
 
 #ifdef TRIMKV_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -26,7 +27,7 @@ inline uint16_t to_bf16(float f) {
 
 }  // namespace
 
-__attribute__((target_clones("avx512f", "avx2", "default")))
+TRIMKV_CLONES_WIDE
 void narrow_row_bf16(const float* x, uint16_t* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = to_bf16(x[i]);

@@ -1,5 +1,7 @@
 #include "trimkv/kernels/linear.h"
 
+#include "target_clones.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -22,7 +24,7 @@ namespace {
 
 // One output row block [o0, o1) for every x row. The weight row is read once and used for all
 // x rows while it sits in L1. `omp simd reduction` allows the vectorised (reassociated) sum.
-__attribute__((target_clones("avx512f", "avx2", "default")))
+TRIMKV_CLONES_WIDE
 void rows_block(const float* x, int64_t x_stride, const float* w, const float* b, float* y,
                 int64_t y_stride, int64_t n, int64_t in, int64_t o0, int64_t o1) {
   for (int64_t o = o0; o < o1; ++o) {

@@ -10,6 +10,7 @@
 
 #include "exp_poly.h"
 #include "gemv_lowp.h"
+#include "target_clones.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -98,14 +99,7 @@ inline float exp_nonpositive(float x) {
 // Multiply-adds below which splitting a chunk across threads costs more than it gains.
 constexpr int64_t kMinWorkPerChunk = 1 << 15;
 
-// The per-row loop is compiled twice on x86-64 GCC: for the baseline ISA and for x86-64-v3
-// (AVX2 + FMA), picked once at load time (ifunc). The build stays portable (no -march=native)
-// while decode on any post-2013 x86 CPU gets 8-wide FMA dot products (~2x).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define TRIMKV_ROW_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define TRIMKV_ROW_KERNEL_CLONES
-#endif
+// The per-row loop is compiled for the baseline ISA and for AVX2 + FMA (target_clones.h).
 
 // The first n values of a 16-bit pool block widened to float32 (exact: every bf16 / f16 value is
 // a float32 value), with the GEMV's vectorised conversion (F16C / AVX-512 where the CPU has it).
@@ -125,7 +119,7 @@ inline const float* block_rows(const void* pool, KvDtype dtype, int32_t block, i
 // One (query head, query row) task. scores: scratch of >= visible length; acc: scratch [head_dim];
 // block_buf: scratch [block_size * head_dim] (16-bit pools); sum_row: attn_sum row of this head's
 // KV head, or nullptr.
-TRIMKV_ROW_KERNEL_CLONES void attend_row(const PagedAttentionParams& p, int qh, int row,
+TRIMKV_CLONES_V3 void attend_row(const PagedAttentionParams& p, int qh, int row,
                                          float* scores, float* acc, float* block_buf, float* sum_row) {
   const PagedKvView& kv = p.kv;
   const int d = kv.head_dim;

@@ -3,6 +3,7 @@
 #include "trimkv/kernels/row_ops.h"
 
 #include "exp_poly.h"
+#include "target_clones.h"
 
 #include <cmath>
 #include <cstdint>
@@ -12,11 +13,6 @@ namespace trimkv::kernels {
 
 namespace {
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
-#define TRIMKV_ROW_OPS_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define TRIMKV_ROW_OPS_CLONES
-#endif
 
 // exp(x) for any float x: x clamped to [-87.3, 88.3] (e^x stays a normal float; beyond, the SiLU
 // below has its limits 0 and x), then exp_split.
@@ -30,7 +26,7 @@ inline float exp_vec(float x) {
 
 }  // namespace
 
-TRIMKV_ROW_OPS_CLONES void rms_norm_rows(const float* x, const float* w, float eps, int64_t n, int64_t d, float* y) {
+TRIMKV_CLONES_V3 void rms_norm_rows(const float* x, const float* w, float eps, int64_t n, int64_t d, float* y) {
   for (int64_t r = 0; r < n; ++r) {
     const float* xr = x + r * d;
     float* yr = y + r * d;
@@ -43,7 +39,7 @@ TRIMKV_ROW_OPS_CLONES void rms_norm_rows(const float* x, const float* w, float e
   }
 }
 
-TRIMKV_ROW_OPS_CLONES void rope_rows(float* x, const float* cos, const float* sin, int64_t n_heads, int64_t head_dim) {
+TRIMKV_CLONES_V3 void rope_rows(float* x, const float* cos, const float* sin, int64_t n_heads, int64_t head_dim) {
   const int64_t half = head_dim / 2;
   for (int64_t h = 0; h < n_heads; ++h) {
     float* xh = x + h * head_dim;
@@ -56,12 +52,12 @@ TRIMKV_ROW_OPS_CLONES void rope_rows(float* x, const float* cos, const float* si
   }
 }
 
-TRIMKV_ROW_OPS_CLONES void silu_mul(const float* gate, const float* up, int64_t n, float* y) {
+TRIMKV_CLONES_V3 void silu_mul(const float* gate, const float* up, int64_t n, float* y) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = gate[i] / (1.0f + exp_vec(-gate[i])) * up[i];
 }
 
-TRIMKV_ROW_OPS_CLONES void add_rows(float* x, const float* y, int64_t n) {
+TRIMKV_CLONES_V3 void add_rows(float* x, const float* y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
