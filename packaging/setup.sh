@@ -39,7 +39,7 @@ for arg in "$@"; do
     --oracle) want_oracle=1 ;;
     --kvpress) want_oracle=1; want_kvpress=1 ;;
     --authors) want_oracle=1; want_authors=1 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg'" >&2; exit 2 ;;
   esac
 done

@@ -157,29 +157,28 @@ int main(int argc, char** argv) {
   window.show();
   // The sample conversation, ready to send: its question in the input, its image attached.
   QTemporaryDir samples;
-  if (parser.isSet(sendOpt)) {
+  if (parser.isSet(sendOpt)) {  // a scripted conversation: nothing to offer, nothing to fill in
     auto* script = new ScriptedTurns(&window, parser.values(promptOpt), ownImages);
     QObject::connect(&window, &MainWindow::modelLoaded, script, &ScriptedTurns::start, Qt::SingleShotConnection);
+  } else {
+    QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples, ownTurn, ownText, ownImages] {
+      window.offerAutosaveRestore();  // the last conversation, if there is one
+      if (!window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
+      if (ownTurn) {  // --prompt / --image: ready to send
+        window.input()->setPlainText(ownText);
+        window.addAttachments(ownImages);
+        return;
+      }
+      if (!samples.isValid()) return;
+      try {
+        const SampleTurn turn = makeSampleTurn(samples.path(), window.model().vision.takes_images());
+        window.input()->setPlainText(turn.text);
+        window.addAttachments(turn.images);
+      } catch (const std::exception&) {
+        // No sample then: the empty input is just as usable.
+      }
+    }, Qt::SingleShotConnection);
   }
-  QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples, ownTurn, ownText, ownImages,
-                                                                 send = parser.isSet(sendOpt)] {
-    if (send) return;  // a scripted conversation: nothing to offer, nothing to fill in
-    window.offerAutosaveRestore();  // the last conversation, if there is one
-    if (!window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
-    if (ownTurn) {  // --prompt / --image: ready to send
-      window.input()->setPlainText(ownText);
-      window.addAttachments(ownImages);
-      return;
-    }
-    if (!samples.isValid()) return;
-    try {
-      const SampleTurn turn = makeSampleTurn(samples.path(), window.model().vision.takes_images());
-      window.input()->setPlainText(turn.text);
-      window.addAttachments(turn.images);
-    } catch (const std::exception&) {
-      // No sample then: the empty input is just as usable.
-    }
-  }, Qt::SingleShotConnection);
   if (modelError.isEmpty()) {
     window.openModel(modelDir);
   } else {

@@ -19,12 +19,15 @@ ScriptedTurns::ScriptedTurns(MainWindow* window, QStringList prompts, QStringLis
 }
 
 void ScriptedTurns::start() {
-  if (m_next == 0) sendNext();
+  if (m_next > 0) return;
+  m_running = true;
+  sendNext();
 }
 
 void ScriptedTurns::sendNext() {
-  if (m_next >= m_prompts.size()) {
-    m_next = static_cast<int>(m_prompts.size()) + 1;  // every turn answered: the script has ended
+  if (!m_running) return;
+  if (m_next == m_prompts.size()) {  // every turn answered
+    m_running = false;
     return;
   }
   if (m_window->isAnswering()) return;  // a turn the user sent meanwhile: its end sends ours
@@ -36,9 +39,9 @@ void ScriptedTurns::sendNext() {
 }
 
 void ScriptedTurns::stop(const QString& why) {
-  if (m_next == 0 || m_next > m_prompts.size()) return;  // not running (or already ended)
+  if (!m_running) return;
   std::fprintf(stderr, "trimkv-studio: scripted turn %d failed (%s); %d not sent\n", m_next, qPrintable(why),
                static_cast<int>(m_prompts.size()) - m_next);
   std::fflush(stderr);
-  m_next = static_cast<int>(m_prompts.size()) + 1;
+  m_running = false;
 }

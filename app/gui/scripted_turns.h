@@ -23,5 +23,6 @@ class ScriptedTurns : public QObject {
   MainWindow* m_window;
   QStringList m_prompts;
   QStringList m_images;
-  int m_next = 0;
+  int m_next = 0;          // the prompt sent next
+  bool m_running = false;  // from start() until the last answer, a failure or a stop
 };

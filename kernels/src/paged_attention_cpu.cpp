@@ -99,8 +99,6 @@ inline float exp_nonpositive(float x) {
 // Multiply-adds below which splitting a chunk across threads costs more than it gains.
 constexpr int64_t kMinWorkPerChunk = 1 << 15;
 
-// The per-row loop is compiled for the baseline ISA and for AVX2 + FMA (target_clones.h).
-
 // The first n values of a 16-bit pool block widened to float32 (exact: every bf16 / f16 value is
 // a float32 value), with the GEMV's vectorised conversion (F16C / AVX-512 where the CPU has it).
 inline void widen_block(const uint16_t* src, KvDtype dtype, int64_t n, float* dst) {
@@ -118,9 +116,9 @@ inline const float* block_rows(const void* pool, KvDtype dtype, int32_t block, i
 
 // One (query head, query row) task. scores: scratch of >= visible length; acc: scratch [head_dim];
 // block_buf: scratch [block_size * head_dim] (16-bit pools); sum_row: attn_sum row of this head's
-// KV head, or nullptr.
+// KV head, or nullptr. Compiled for the baseline ISA and for AVX2 + FMA (target_clones.h).
 TRIMKV_CLONES_V3 void attend_row(const PagedAttentionParams& p, int qh, int row,
-                                         float* scores, float* acc, float* block_buf, float* sum_row) {
+                                 float* scores, float* acc, float* block_buf, float* sum_row) {
   const PagedKvView& kv = p.kv;
   const int d = kv.head_dim;
   const int bs = kv.block_size;

@@ -13,7 +13,6 @@ namespace trimkv::kernels {
 
 namespace {
 
-
 // exp(x) for any float x: x clamped to [-87.3, 88.3] (e^x stays a normal float; beyond, the SiLU
 // below has its limits 0 and x), then exp_split.
 inline float exp_vec(float x) {

@@ -130,6 +130,16 @@ class MainWindowTest : public QObject {
     QCOMPARE(m_window->lastFrame().state.tokens, int64_t{0});
   }
 
+  // A new conversation, then the window's offer of the autosaved one (what a start calls): the
+  // dialog once shown, or nullptr.
+  QMessageBox* openRestoreOffer() {
+    newConversation();
+    m_window->offerAutosaveRestore();
+    auto* box = m_window->findChild<QMessageBox*>(QStringLiteral("restoreDialog"));
+    if (box && !QTest::qWaitFor([box] { return box->isVisible(); })) return nullptr;
+    return box;
+  }
+
  private Q_SLOTS:
   void initTestCase() {
     QString dir = qEnvironmentVariable("TRIMKV_DEMO_MODEL");
@@ -558,11 +568,8 @@ class MainWindowTest : public QObject {
     QCOMPARE(QDir(dir.filePath(QStringLiteral("autosave/conversation-images"))).entryList(QDir::Files).size(), 1);
 
     // On start the application offers it; Open replays it.
-    newConversation();
-    m_window->offerAutosaveRestore();
-    auto* box = m_window->findChild<QMessageBox*>(QStringLiteral("restoreDialog"));
+    auto* box = openRestoreOffer();
     QVERIFY(box);
-    QTRY_VERIFY(box->isVisible());
     QVERIFY(box->text().contains(QStringLiteral("4 messages")));
     // While the offer is open a new turn does not replace the file on offer.
     answer(QStringLiteral("Meanwhile?"), {});
@@ -662,11 +669,8 @@ class MainWindowTest : public QObject {
     if (QTest::currentTestFailed()) return;
     m_window->setAutosaveFile(autosave);
     const auto noAutosave = qScopeGuard([this] { m_window->setAutosaveFile(QString()); });
-    newConversation();
-    m_window->offerAutosaveRestore();
-    auto* box = m_window->findChild<QMessageBox*>(QStringLiteral("restoreDialog"));
+    auto* box = openRestoreOffer();
     QVERIFY(box);
-    QTRY_VERIFY(box->isVisible());
     QVERIFY(box->text().contains(QStringLiteral("2 messages")));
     QSignalSpy loaded(m_window.get(), &MainWindow::conversationLoaded);
     box->button(QMessageBox::Open)->click();

@@ -1,9 +1,9 @@
 #include "trimkv/core/bpe_trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <fstream>
 #include <map>
-#include <numeric>
 #include <queue>
 #include <set>
 #include <unordered_map>
@@ -125,16 +125,20 @@ BpeTrainResult BpeTrainer::train() const {
     bytes_of.push_back(one);
   }
 
-  // HF's id of each token, for BpeTieBreak::hf_token_ids: the same as ours for specials and
-  // merges (both layouts append merges in creation order); the byte tokens ordered by their
-  // stand-in characters' code points (their UTF-8 strings compare the same way).
-  std::vector<int32_t> hf_id(bytes_of.size());
-  std::iota(hf_id.begin(), hf_id.begin() + n_special, 0);
-  std::vector<int32_t> by_char(256);
-  std::iota(by_char.begin(), by_char.end(), 0);
-  const auto stand_in = [](int32_t b) { return byte_level::encode(std::string(1, static_cast<char>(b))); };
-  std::sort(by_char.begin(), by_char.end(), [&](int32_t x, int32_t y) { return stand_in(x) < stand_in(y); });
-  for (int32_t i = 0; i < 256; ++i) hf_id[n_special + by_char[i]] = n_special + i;
+  // HF's id of a token, for BpeTieBreak::hf_token_ids: ours for specials and merges (both layouts
+  // append merges in creation order); the byte tokens ranked by their stand-in characters' code
+  // points (their UTF-8 strings compare the same way).
+  const bool hf_ties = st.options.tie_break == BpeTieBreak::hf_token_ids;
+  std::array<int32_t, 256> byte_rank{};
+  if (hf_ties) {
+    std::vector<std::pair<std::string, int32_t>> stand_ins;
+    for (int32_t b = 0; b < 256; ++b) stand_ins.emplace_back(byte_level::encode(std::string(1, static_cast<char>(b))), b);
+    std::sort(stand_ins.begin(), stand_ins.end());
+    for (int32_t i = 0; i < 256; ++i) byte_rank[stand_ins[i].second] = i;
+  }
+  const auto hf_id = [&byte_rank, n_special](int32_t t) {
+    return t >= n_special && t < n_special + 256 ? n_special + byte_rank[t - n_special] : t;
+  };
 
   struct Word {
     std::vector<int32_t> symbols;
@@ -156,10 +160,9 @@ BpeTrainResult BpeTrainer::train() const {
     int64_t count;
     int32_t a, b;
   };
-  const bool hf_ties = st.options.tie_break == BpeTieBreak::hf_token_ids;
   auto lower_priority = [&bytes_of, &hf_id, hf_ties](const Entry& x, const Entry& y) {
     if (x.count != y.count) return x.count < y.count;
-    if (hf_ties) return std::make_pair(hf_id[x.a], hf_id[x.b]) > std::make_pair(hf_id[y.a], hf_id[y.b]);
+    if (hf_ties) return std::make_pair(hf_id(x.a), hf_id(x.b)) > std::make_pair(hf_id(y.a), hf_id(y.b));
     const int left = bytes_of[x.a].compare(bytes_of[y.a]);
     if (left != 0) return left > 0;  // the smaller (left, right) bytes win ties
     return bytes_of[x.b].compare(bytes_of[y.b]) > 0;
@@ -202,7 +205,6 @@ BpeTrainResult BpeTrainer::train() const {
     } else {
       new_id = static_cast<int32_t>(bytes_of.size());
       bytes_of.push_back(merged);
-      hf_id.push_back(new_id);
       id_of_bytes.emplace(merged, new_id);
       ++n_tokens;
     }
