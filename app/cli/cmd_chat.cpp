@@ -118,6 +118,8 @@ int cmd_chat(int argc, char** argv, int first) {
           images.clear();
           std::cout << "[new conversation]\n";
         } else if (cmd == "/stats") {
+          g_chat_cancel.store(false);
+          engine->catch_up(&g_chat_cancel);  // after a stopped turn: the cache as the conversation is
           const vision::ConversationState st = engine->state();
           std::cout << "[context " << st.tokens << "/" << st.max_tokens << " tokens; KV entries: "
                     << st.kv_entries << " (" << st.kv_text_entries << " text, " << st.kv_image_entries
@@ -160,6 +162,8 @@ int cmd_chat(int argc, char** argv, int first) {
   }
   std::signal(SIGINT, SIG_DFL);
   std::cout << "\n";
+  g_chat_cancel.store(false);
+  engine->catch_up(&g_chat_cancel);  // the trace of the conversation, not of a stopped turn
   GenerationResult traced;
   traced.trace = std::make_shared<const Trace>(engine->trace());
   write_trace_outputs(args, traced);

@@ -140,14 +140,59 @@ TEST_CASE("Session: a prefill cancelled between chunks is rolled back", "[sessio
   enc->m_armed = true;
   REQUIRE_THROWS_WITH(s.add_user_turn(c.turn2, &cancel), Catch::Contains("cancelled"));
   REQUIRE(s.ids() == before);
-  REQUIRE(s.cache().bookkeeping().n_tokens() == static_cast<int32_t>(before.size()));
   REQUIRE(s.images().size() == 1);
+  // The stop did not wait for the earlier turns to be prefilled again: that happens next.
+  REQUIRE_FALSE(s.cache_current());
+  REQUIRE(s.cache().bookkeeping().n_tokens() > static_cast<int32_t>(before.size()));
   enc->m_armed = false;
   cancel.store(false);
   s.add_user_turn(c.turn2, &cancel);
+  REQUIRE(s.cache_current());
   REQUIRE(s.ids() == c.ids());
   const at::Tensor want = expected_logits();
   REQUIRE(test::max_abs_diff(s.pending_logits(), want[want.size(0) - 1]) < kTol);
+}
+
+TEST_CASE("Session: a checkpoint restores the conversation at once; the cache catches up exactly",
+          "[session][errors]") {
+  Conversation c;
+  SessionOptions o;
+  o.prefill_chunk = 8;
+  Session s(smolvlm().text, smolvlm().encoder, o);
+  s.add_user_turn(c.turn1);
+  s.add_assistant_text(c.answer);
+  const Session::Checkpoint mark = s.checkpoint();
+  const std::vector<int32_t> ids = s.ids();
+  const std::vector<Message> transcript = s.transcript();
+  // A later request that went further (an edited turn, a replay): then back.
+  s.add_user_turn({ContentPart::text_part("Something else entirely, then an answer.")});
+  s.generate(GenerationParams{});
+  s.restore(mark);
+  REQUIRE(s.ids() == ids);
+  REQUIRE(s.transcript().size() == transcript.size());
+  REQUIRE(s.turn() == 2);
+  REQUIRE(s.images().size() == 1);
+  REQUIRE_FALSE(s.awaiting_answer());
+  REQUIRE_FALSE(s.cache_current());
+  // A stopped catch-up leaves it for later; a finished one holds exactly the kept turns.
+  std::atomic<bool> stop{true};
+  REQUIRE_THROWS_WITH(s.catch_up(&stop), Catch::Contains("cancelled"));
+  REQUIRE_FALSE(s.cache_current());
+  s.catch_up();
+  REQUIRE(s.cache_current());
+  REQUIRE(s.cache().bookkeeping().n_tokens() == static_cast<int32_t>(ids.size()));
+  s.add_user_turn(c.turn2);
+  REQUIRE(s.ids() == c.ids());
+  const at::Tensor want = expected_logits();
+  REQUIRE(test::max_abs_diff(s.pending_logits(), want[want.size(0) - 1]) < kTol);
+  // Restoring a checkpoint of an empty conversation empties the cache at once.
+  Session fresh(smolvlm().text, smolvlm().encoder, o);
+  const Session::Checkpoint empty = fresh.checkpoint();
+  fresh.add_user_turn(c.turn1);
+  fresh.restore(empty);
+  REQUIRE(fresh.cache_current());
+  REQUIRE(fresh.cache().bookkeeping().n_tokens() == 0);
+  REQUIRE(fresh.transcript().empty());
 }
 
 TEST_CASE("Session: generation can be cancelled and the session reset at any point", "[session]") {

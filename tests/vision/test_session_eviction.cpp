@@ -150,8 +150,10 @@ TEST_CASE("Session: a rollback under eviction replays the kept segments through 
   REQUIRE(first->n_events() > 0);
   enc->m_armed = true;
   REQUIRE_THROWS_WITH(s.add_user_turn(turns()[1], &cancel), Catch::Contains("cancelled"));
-  // The failed turn changed nothing; the cache was rebuilt under the budget by a fresh evictor.
+  // The failed turn changed nothing; the cache is rebuilt under the budget by a fresh evictor.
   REQUIRE(s.ids() == before);
+  REQUIRE_FALSE(s.cache_current());
+  s.catch_up();
   REQUIRE(s.cache().bookkeeping().n_tokens() == static_cast<int32_t>(before.size()));
   REQUIRE(s.cache().bookkeeping().total_entries() <= budget);
   REQUIRE(s.evictor() != nullptr);
@@ -346,6 +348,7 @@ TEST_CASE("Session: a rollback under visionzip keeps the earlier turns' merges i
   enc->m_armed = true;
   REQUIRE_THROWS_WITH(s.add_user_turn(turns()[1], &cancel), Catch::Contains("cancelled"));
   REQUIRE(s.ids() == ids);
+  s.catch_up();
   REQUIRE(s.cache().bookkeeping().n_tokens() == static_cast<int32_t>(ids.size()));
   REQUIRE((s.evictor()->trace().token_merges == merges));
   enc->m_armed = false;

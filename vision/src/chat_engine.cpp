@@ -180,7 +180,9 @@ std::vector<float> ChatEngine::pending_logits() const {
   return std::vector<float>(c.data_ptr<float>(), c.data_ptr<float>() + c.numel());
 }
 
-void ChatEngine::add_assistant_text(const std::string& text) { m_impl->session->add_assistant_text(text); }
+void ChatEngine::add_assistant_text(const std::string& text, const std::atomic<bool>* cancel) {
+  m_impl->session->add_assistant_text(text, cancel);
+}
 
 GenerationResult ChatEngine::respond_then_give(const std::string& given, const GenerationParams& params,
                                                const TextCallback& on_text, const std::atomic<bool>* cancel) {
@@ -197,6 +199,20 @@ ContinuationScore ChatEngine::score_text(const std::string& text, int64_t last_t
 }
 
 void ChatEngine::reset() { m_impl->session->reset(); }
+
+struct ConversationCheckpoint {
+  Session::Checkpoint of_session;
+};
+
+std::shared_ptr<const ConversationCheckpoint> ChatEngine::checkpoint() const {
+  return std::make_shared<const ConversationCheckpoint>(ConversationCheckpoint{m_impl->session->checkpoint()});
+}
+
+void ChatEngine::restore(const ConversationCheckpoint& c) { m_impl->session->restore(c.of_session); }
+
+void ChatEngine::catch_up(const std::atomic<bool>* cancel) { m_impl->session->catch_up(cancel); }
+
+bool ChatEngine::cache_current() const { return m_impl->session->cache_current(); }
 
 bool ChatEngine::answers_open_thinking() const {
   const Tokenizer* tok = m_impl->model->text.tokenizer.get();

@@ -67,7 +67,8 @@ void TextRunner::set_eviction(Evictor* evictor, const EntryScorer* scorer) {
 at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
                                      bool more_chunks, const at::Tensor& embeds,
                                      const TokenInfo* per_token, const RopeOffset* rope,
-                                     int64_t rope_base, const LayerInjection& inject) {
+                                     int64_t rope_base, const LayerInjection& inject,
+                                     const std::atomic<bool>* cancel) {
   const int64_t n = static_cast<int64_t>(ids.size());
   std::vector<TokenInfo> infos(ids.size(), info_template);
   if (per_token) infos.assign(per_token, per_token + n);
@@ -88,7 +89,7 @@ at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const Toke
   const TextDecoder& dec = *m_model->decoder;
   at::Tensor hidden =
       dec.forward_cached(embeds.defined() ? embeds : dec.embed(id_t), positions, token_indices,
-                         *m_cache, m_scorer, m_evictor, inject);
+                         *m_cache, m_scorer, m_evictor, inject, cancel);
   m_n_tokens += n;
   m_next_position = next;
   if (m_evictor) m_evictor->after_forward(*m_cache, n, more_chunks);
@@ -137,7 +138,8 @@ at::Tensor TextRunner::prefill_embedded(const std::vector<int32_t>& ids, const a
     }
     logits = forward_chunk(std::vector<int32_t>(ids.begin() + begin, ids.begin() + end), {},
                            end < ids.size(), embeds.narrow(0, static_cast<int64_t>(begin), n),
-                           infos.data() + begin, rope.empty() ? nullptr : rope.data() + begin, rope_base, inject);
+                           infos.data() + begin, rope.empty() ? nullptr : rope.data() + begin, rope_base, inject,
+                           cancel);
   }
   return logits;
 }

@@ -236,7 +236,8 @@ at::Tensor TextDecoder::forward_dense(const at::Tensor& x_in, const at::Tensor& 
 at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor& positions,
                                        const std::vector<int32_t>& token_indices, KvCache& cache,
                                        const EntryScorer* scorer,
-                                       AttentionObserver* observer, const LayerInjection& inject) const {
+                                       AttentionObserver* observer, const LayerInjection& inject,
+                                       const std::atomic<bool>* cancel) const {
   const int64_t n = x_in.size(0);
   TRIMKV_ASSERT(static_cast<int64_t>(token_indices.size()) == n && positions.size(-1) == n);
   if (n == 1 && inject.empty() && m_raw_rows && fused_decode() && cache.k_pool().device().is_cpu() &&
@@ -245,6 +246,7 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
   return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
                                          const at::Tensor& k, const at::Tensor& v) {
+    if (il > 0 && cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "prefill cancelled");
     std::vector<float> lb;
     if (scorer) {
       const at::Tensor log_beta = scorer->log_beta(il, h).contiguous();  // [n, n_kv]

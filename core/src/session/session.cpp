@@ -50,21 +50,47 @@ void Session::set_eviction(const EvictionSettings& settings, const EntryScorer* 
   m_scorer = scorer;
 }
 
-void Session::rebuild() {
+void Session::catch_up(const std::atomic<bool>* cancel) {
+  if (!m_stale) return;
   m_cache.clear();
   new_runner();
-  m_ids.clear();
-  for (const Stored& s : m_stored) {
+  int64_t done = 0;
+  for (const Stored& s : m_conv.stored) {
     // A fresh (owned) evictor gets the segment's token merges again; an external one has them.
     if (m_owned_settings && m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
-    m_runner->prefill_embedded(s.ids, embeds_of(s), s.infos, nullptr, s.rope, s.deepstack);
-    m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
+    m_runner->prefill_embedded(s.ids, embeds_of(s), s.infos, cancel, s.rope, s.deepstack);  // may stop
+    done += static_cast<int64_t>(s.ids.size());
   }
+  TRIMKV_ASSERT(done == static_cast<int64_t>(m_conv.ids.size()) && m_runner->n_tokens() == done);
+  m_stale = false;
+}
+
+void Session::drop_unkept() {
+  const size_t kept = m_conv.ids.size();  // a stop inside a chunk registered it in the cache only
+  if (static_cast<size_t>(m_runner->n_tokens()) != kept || static_cast<size_t>(m_cache.bookkeeping().n_tokens()) != kept)
+    invalidate_cache();
+}
+
+void Session::invalidate_cache() {
+  m_stale = true;
+  if (m_conv.stored.empty()) catch_up(nullptr);  // nothing to prefill: an empty cache, now
+}
+
+Session::Checkpoint Session::checkpoint() const {
+  Checkpoint c;
+  c.m_state = std::make_shared<const Checkpoint::State>(Checkpoint::State{m_conv});
+  return c;
+}
+
+void Session::restore(const Checkpoint& c) {
+  TRIMKV_CHECK(c.m_state, Input, "an empty checkpoint: take one with checkpoint()");
+  m_conv = c.m_state->conv;
+  invalidate_cache();  // whatever the cache holds now, it is rebuilt from the restored segments
 }
 
 int64_t Session::positions_left() const {
-  return m_model->config.max_position_embeddings - static_cast<int64_t>(m_ids.size());
+  return m_model->config.max_position_embeddings - static_cast<int64_t>(m_conv.ids.size());
 }
 
 at::Tensor Session::embeds_of(const Stored& s) const {
@@ -100,7 +126,8 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
   }
   for (const at::Tensor& d : s.deepstack)
     TRIMKV_ASSERT(d.dim() == 2 && d.size(0) == n_image && d.size(1) == hidden);
-  const size_t mark = m_ids.size();
+  catch_up(cancel);
+  const size_t mark = m_conv.ids.size();
   for (TokenMerge tm : seg.token_merges) {
     tm.first_token += static_cast<int32_t>(mark);
     s.merges.push_back(std::move(tm));
@@ -109,11 +136,11 @@ at::Tensor Session::append(const StreamSegment& seg, int turn, const std::atomic
     at::Tensor logits = m_runner->prefill_embedded(s.ids, embeds_of(s), s.infos, cancel, s.rope, s.deepstack);
     if (m_evictor)
       for (const TokenMerge& tm : s.merges) m_evictor->record_token_merge(tm);
-    m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
-    m_stored.push_back(std::move(s));
+    m_conv.ids.insert(m_conv.ids.end(), s.ids.begin(), s.ids.end());
+    m_conv.stored.push_back(std::move(s));
     return logits;
   } catch (...) {
-    if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
+    drop_unkept();
     throw;
   }
 }
@@ -124,18 +151,18 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
                "the previous prompt has not been answered yet: generate or give the answer first");
   TRIMKV_CHECK(!content.empty(), Input, "an empty message: give text or an image");
   std::vector<ImageRecord> images;
-  const int first_image = static_cast<int>(m_images.size());
+  const int first_image = static_cast<int>(m_conv.images.size());
   auto t0 = std::chrono::steady_clock::now();
   const ImageTokenReducer reduce = image_token_reducer();
   // A fresh conversation's first chat turn brings the system turn, which then opens it.
-  const bool opening = m_stored.empty();
+  const bool opening = m_conv.stored.empty();
   const bool with_system = chat && opening && !m_system_prompt.empty();
-  std::vector<Message> history = m_transcript;
+  std::vector<Message> history = m_conv.transcript;
   if (with_system) history.push_back({"system", {ContentPart::text_part(m_system_prompt)}});
   // Encoded first: a bad image changes nothing.
   StreamSegment seg = chat ? m_encoder->user_turn(history, content, first_image, images, cancel, reduce)
                            : m_encoder->raw_prompt(content, first_image, images, cancel, reduce);
-  int turn = m_turn;
+  int turn = m_conv.turn;
   PrefilledPrompt p;
   StreamSegment system;
   if (with_system) {
@@ -150,8 +177,9 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
     p.logits = append(seg, turn, cancel);
   } catch (...) {
     if (with_system && !system.ids.empty()) {  // the conversation is as before: empty
-      m_stored.pop_back();
-      rebuild();
+      m_conv.stored.pop_back();
+      m_conv.ids.clear();
+      invalidate_cache();
     }
     throw;
   }
@@ -159,12 +187,12 @@ void Session::add_prompt(const std::vector<ContentPart>& content, bool chat,
   p.ids = system.ids;  // the prompt the answer follows: system turn (if any) and user turn
   p.ids.insert(p.ids.end(), seg.ids.begin(), seg.ids.end());
   p.decode_info.turn = static_cast<int16_t>(turn + 1);  // the answer is the next message
-  m_images.insert(m_images.end(), images.begin(), images.end());
-  if (with_system) m_transcript.push_back({"system", {ContentPart::text_part(m_system_prompt)}});
-  m_transcript.push_back({"user", content});
-  m_chat_turn = chat;
-  m_pending = std::move(p);
-  m_turn = turn + 1;
+  m_conv.images.insert(m_conv.images.end(), images.begin(), images.end());
+  if (with_system) m_conv.transcript.push_back({"system", {ContentPart::text_part(m_system_prompt)}});
+  m_conv.transcript.push_back({"user", content});
+  m_conv.chat_turn = chat;
+  m_conv.pending = std::move(p);
+  m_conv.turn = turn + 1;
 }
 
 ImageTokenReducer Session::image_token_reducer() const {
@@ -186,7 +214,7 @@ void Session::add_raw_prompt(const std::vector<ContentPart>& content, const std:
 
 GenerationParams Session::answer_params(const GenerationParams& params) const {
   GenerationParams p = params;
-  if (m_chat_turn) {
+  if (m_conv.chat_turn) {
     const std::vector<int32_t> eot = m_encoder->end_of_turn_ids();
     p.stop_token_ids.insert(p.stop_token_ids.end(), eot.begin(), eot.end());
   }
@@ -196,39 +224,39 @@ GenerationParams Session::answer_params(const GenerationParams& params) const {
 GenerationResult Session::generate_pending(const GenerationParams& params, const TextCallback& on_text,
                                            const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(awaiting_answer(), Input, "nothing to answer: add a user turn first");
-  const size_t mark = m_ids.size();
+  catch_up(cancel);
   try {
-    return trimkv::generate(*m_runner, m_pending, answer_params(params), on_text, cancel);
+    return trimkv::generate(*m_runner, m_conv.pending, answer_params(params), on_text, cancel);
   } catch (...) {
     // Drop whatever the failed generation appended; the prompt stays pending.
-    if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();
+    drop_unkept();
     throw;
   }
 }
 
 GenerationResult Session::generate(const GenerationParams& params, const TextCallback& on_text,
                                    const std::atomic<bool>* cancel) {
-  const size_t mark = m_ids.size();
+  const size_t mark = m_conv.ids.size();
   const GenerationParams stops = answer_params(params);  // what ends the answer
   // What closes the answer, found before anything changes (a template may refuse).
-  const std::vector<int32_t> close = m_chat_turn ? m_encoder->close_assistant_turn(m_transcript) : std::vector<int32_t>{};
+  const std::vector<int32_t> close = m_conv.chat_turn ? m_encoder->close_assistant_turn(m_conv.transcript) : std::vector<int32_t>{};
   GenerationResult r = generate_pending(params, on_text, cancel);
-  const int answer_turn = m_turn;
+  const int answer_turn = m_conv.turn;
   // Tokens the decode loop already fed through the model (every sampled token but the last).
   const size_t fed = static_cast<size_t>(m_runner->n_tokens()) - mark;
   TRIMKV_ASSERT(fed <= r.tokens.size());
   if (fed > 0) {
     Stored s;
     s.ids.assign(r.tokens.begin(), r.tokens.begin() + static_cast<std::ptrdiff_t>(fed));
-    s.infos.assign(fed, m_pending.decode_info);
+    s.infos.assign(fed, m_conv.pending.decode_info);
     for (size_t i = 0; i < fed; ++i) s.infos[i].token_index = static_cast<int32_t>(mark + i);
-    m_ids.insert(m_ids.end(), s.ids.begin(), s.ids.end());
-    m_stored.push_back(std::move(s));
+    m_conv.ids.insert(m_conv.ids.end(), s.ids.begin(), s.ids.end());
+    m_conv.stored.push_back(std::move(s));
   }
-  m_pending = {};
-  m_transcript.push_back({"assistant", {ContentPart::text_part(r.text)}});
-  ++m_turn;
-  if (m_chat_turn) {
+  m_conv.pending = {};
+  m_conv.transcript.push_back({"assistant", {ContentPart::text_part(r.text)}});
+  ++m_conv.turn;
+  if (m_conv.chat_turn) {
     // Close the answer: its unfed tokens (not an end-of-turn token), then the family's closing.
     std::vector<int32_t> rest(r.tokens.begin() + static_cast<std::ptrdiff_t>(fed), r.tokens.end());
     if (!rest.empty() && is_stop_token(m_model->config, stops, rest.back())) rest.pop_back();
@@ -251,28 +279,27 @@ GenerationResult Session::generate(const GenerationParams& params, const TextCal
   return r;
 }
 
-void Session::add_assistant_text(const std::string& text) {
+void Session::add_assistant_text(const std::string& text, const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(awaiting_answer(), Input, "an assistant answer must follow a user turn");
   StreamSegment seg;
-  seg.ids = m_encoder->assistant_turn(m_transcript, text);
+  seg.ids = m_encoder->assistant_turn(m_conv.transcript, text);
   seg.infos.assign(seg.ids.size(), TokenInfo{});
-  append(seg, m_turn, nullptr);
-  m_pending = {};
-  m_transcript.push_back({"assistant", {ContentPart::text_part(text)}});
-  ++m_turn;
+  append(seg, m_conv.turn, cancel);
+  m_conv.pending = {};
+  m_conv.transcript.push_back({"assistant", {ContentPart::text_part(text)}});
+  ++m_conv.turn;
 }
 
 GenerationResult Session::generate_then_give(const std::string& given, const GenerationParams& params,
                                              const TextCallback& on_text, const std::atomic<bool>* cancel) {
-  const size_t mark = m_ids.size();
   GenerationResult r = generate_pending(params, on_text, cancel);
   if (m_evictor) {
     r.eviction_events = m_evictor->n_events();
     r.peak_kv_entries = std::max(r.peak_kv_entries, m_evictor->peak_entries());
   }
   r.peak_kv_entries = std::max(r.peak_kv_entries, m_cache.bookkeeping().total_entries());
-  if (static_cast<size_t>(m_runner->n_tokens()) != mark) rebuild();  // drop the generated tokens
-  add_assistant_text(given);
+  drop_unkept();  // the generated tokens: the cache is rebuilt without them
+  add_assistant_text(given, cancel);
   fill_kv_stats(m_cache, r);
   if (m_evictor) r.trace = std::make_shared<const Trace>(m_evictor->trace());
   return r;
@@ -301,14 +328,15 @@ ContinuationScore Session::score_tokens(const std::vector<int32_t>& ids, int64_t
 }
 
 void Session::reset() {
-  m_stored.clear();
-  m_ids.clear();
-  m_images.clear();
-  m_transcript.clear();
-  m_turn = 0;
-  m_pending = {};
+  m_conv.stored.clear();
+  m_conv.ids.clear();
+  m_conv.images.clear();
+  m_conv.transcript.clear();
+  m_conv.turn = 0;
+  m_conv.pending = {};
   m_cache.clear();
   new_runner();
+  m_stale = false;
 }
 
 }  // namespace trimkv

@@ -37,8 +37,9 @@ class TextRunner {
   // Multimodal prefill: positions whose input embeddings are given (the caller merged image
   // features into the token embeddings). ids: [n] (image positions hold the image token id),
   // embeds: [n, hidden_size], infos: [n] (modality, turn, image fields; token_index and
-  // rope_position are assigned here). `cancel` is polled between chunks: Error{Cancelled}, with
-  // the chunks already run left in the cache (the Session rolls back). `rope` ([n] or empty):
+  // rope_position are assigned here). `cancel` is polled between chunks and between the layers of
+  // a chunk: Error{Cancelled}, the cache then torn (a chunk's tokens registered, only some layers
+  // appended): clear it (the Session rebuilds it from its kept segments). `rope` ([n] or empty):
   // the positions' multimodal rotary offsets from the segment's start (a model with M-RoPE);
   // empty: sequential positions. `deepstack` (Qwen3-VL, or empty): deepstack[j] [n_image, d] is
   // added to the image positions (in stream order) after decoder layer j. Returns [vocab] logits
@@ -71,7 +72,8 @@ class TextRunner {
   at::Tensor forward_chunk(const std::vector<int32_t>& ids, const TokenInfo& info_template,
                            bool more_chunks = false, const at::Tensor& embeds = {},
                            const TokenInfo* per_token = nullptr, const RopeOffset* rope = nullptr,
-                           int64_t rope_base = 0, const LayerInjection& inject = {});
+                           int64_t rope_base = 0, const LayerInjection& inject = {},
+                           const std::atomic<bool>* cancel = nullptr);
   void check_prompt(const std::vector<int32_t>& ids) const;  // non-empty, fits, in vocabulary
 
   const TextModel* m_model;

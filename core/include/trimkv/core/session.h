@@ -126,7 +126,7 @@ class Session {
   GenerationResult generate(const GenerationParams& params, const TextCallback& on_text = {},
                             const std::atomic<bool>* cancel = nullptr);
   // Appends an assistant answer given as text (conversation replay).
-  void add_assistant_text(const std::string& text);
+  void add_assistant_text(const std::string& text, const std::atomic<bool>* cancel = nullptr);
   // Generates the answer to the pending prompt as generate() does, then drops it and appends
   // `given` instead (evaluation with gold history). Returns the generated answer (its
   // eviction_events / peak_kv_entries as generated; kv_* as the cache holds after `given`). When
@@ -159,15 +159,37 @@ class Session {
   // The evictor in use (null when none).
   const Evictor* evictor() const { return m_evictor; }
 
-  bool awaiting_answer() const { return m_pending.logits.defined(); }
-  int turn() const { return m_turn; }                        // messages so far
-  const std::vector<int32_t>& ids() const { return m_ids; }  // the whole token stream
-  const std::vector<ImageRecord>& images() const { return m_images; }
-  const std::vector<Message>& transcript() const { return m_transcript; }
+  // The conversation as it stands (segments, token stream, images, transcript, pending answer),
+  // without the cache. restore() puts it back at once and leaves the cache to be rebuilt from it
+  // (catch_up): a request that failed or was stopped after several turns is undone without
+  // prefilling them again first. Cheap to take: tensors are shared, not copied.
+  class Checkpoint {
+   private:
+    friend class Session;
+    struct State;
+    std::shared_ptr<const State> m_state;
+  };
+  Checkpoint checkpoint() const;
+  void restore(const Checkpoint& c);
+  // Whether the cache holds exactly the conversation. A failed or stopped request (and
+  // restore()) after earlier turns leaves it holding more or other entries; they are replaced
+  // before the cache is next used (every request catches up first, with its own cancel) or by
+  // catch_up() now. Until then cache() shows what the cache still holds. (With no earlier turns
+  // there is nothing to prefill: the cache is emptied at once.)
+  bool cache_current() const { return !m_stale; }
+  // Rebuilds the cache from the kept segments (a fresh owned evictor replays them) unless it is
+  // current. Cancelled: Error{Cancelled}, the cache still not current.
+  void catch_up(const std::atomic<bool>* cancel = nullptr);
+
+  bool awaiting_answer() const { return m_conv.pending.logits.defined(); }
+  int turn() const { return m_conv.turn; }                        // messages so far
+  const std::vector<int32_t>& ids() const { return m_conv.ids; }  // the whole token stream
+  const std::vector<ImageRecord>& images() const { return m_conv.images; }
+  const std::vector<Message>& transcript() const { return m_conv.transcript; }
   const KvCache& cache() const { return m_cache; }
   const TextModel& model() const { return *m_model; }
   // Logits [vocab] of the last prefilled position (undefined when no answer is pending).
-  const at::Tensor& pending_logits() const { return m_pending.logits; }
+  const at::Tensor& pending_logits() const { return m_conv.pending.logits; }
 
  private:
   struct Stored {  // a prefilled segment, kept to rebuild the cache after a rollback
@@ -181,9 +203,24 @@ class Session {
     std::vector<RopeOffset> rope;    // as StreamSegment::rope
     std::vector<at::Tensor> deepstack;  // as StreamSegment::deepstack
   };
-  // Prefills `seg` as message `turn`; on any error rolls back and rethrows. Returns [vocab].
+  // What a checkpoint holds: the conversation, everything the cache is rebuilt from.
+  struct Conversation {
+    std::vector<Stored> stored;
+    std::vector<int32_t> ids;
+    std::vector<ImageRecord> images;
+    std::vector<Message> transcript;
+    int turn = 0;
+    bool chat_turn = false;  // the pending prompt is a chat turn (its answer gets closed)
+    PrefilledPrompt pending;
+  };
+  // Prefills `seg` as message `turn` (catching the cache up first); on any error the segment is
+  // not kept, the cache is left to catch up, and the error is rethrown. Returns [vocab].
   at::Tensor append(const StreamSegment& seg, int turn, const std::atomic<bool>* cancel);
-  void rebuild();  // cache := the stored segments
+  // invalidate_cache() when the runner holds other than the kept segments.
+  void drop_unkept();
+  // The cache no longer holds the conversation: catch_up() rebuilds it when it is next used (at
+  // once when there is nothing to prefill).
+  void invalidate_cache();
   int64_t positions_left() const;  // max_position_embeddings - positions used: what append() accepts
   at::Tensor embeds_of(const Stored& s) const;  // [n, hidden_size]: ids embedded, image rows filled
   // Generates the answer to the pending prompt; on failure the cache is rolled back to the mark
@@ -205,14 +242,13 @@ class Session {
   const EntryScorer* m_scorer = nullptr;
   KvCache m_cache;
   std::unique_ptr<TextRunner> m_runner;
-  std::vector<Stored> m_stored;
-  std::vector<int32_t> m_ids;
-  std::vector<ImageRecord> m_images;
-  std::vector<Message> m_transcript;
+  Conversation m_conv;
+  bool m_stale = false;  // the cache is not m_conv's: catch_up() rebuilds it
   std::string m_system_prompt;
-  int m_turn = 0;
-  bool m_chat_turn = false;  // the pending prompt is a chat turn (its answer gets closed)
-  PrefilledPrompt m_pending;
+};
+
+struct Session::Checkpoint::State {
+  Session::Conversation conv;
 };
 
 }  // namespace trimkv

@@ -7,6 +7,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -112,10 +113,13 @@ class TextDecoder {
   // `observer` (optional): receives each layer's queries and, when it asks, the per-entry
   // attention sums (eviction policies that need attention statistics; attention_observer.h).
   // `inject` (optional): features added after the first layers (LayerInjection).
+  // `cancel` (optional): polled before every layer but the first: Error{Cancelled}, leaving the
+  // cache torn (the tokens registered, only the layers before appended): it must be cleared.
   at::Tensor forward_cached(const at::Tensor& x, const at::Tensor& positions,
                             const std::vector<int32_t>& token_indices, KvCache& cache,
                             const EntryScorer* scorer = nullptr,
-                            AttentionObserver* observer = nullptr, const LayerInjection& inject = {}) const;
+                            AttentionObserver* observer = nullptr, const LayerInjection& inject = {},
+                            const std::atomic<bool>* cancel = nullptr) const;
 
   at::Tensor logits(const at::Tensor& hidden /* [n, d] */) const;  // -> [n, vocab]
 

@@ -43,6 +43,8 @@ struct StreamToken {
   TokenInfo info;    // token index, modality, turn (message), image id, tile, patch row/col
 };
 
+struct ConversationCheckpoint;  // opaque: ChatEngine::checkpoint()
+
 class ChatEngine {
  public:
   // Whether `dir` is a checkpoint of a known vision-language family (reads config.json only).
@@ -135,13 +137,21 @@ class ChatEngine {
   GenerationResult respond(const GenerationParams& params, const TextCallback& on_text = {},
                            const std::atomic<bool>* cancel = nullptr);
   // Appends an assistant answer given as text (replaying a saved conversation).
-  void add_assistant_text(const std::string& text);
+  void add_assistant_text(const std::string& text, const std::atomic<bool>* cancel = nullptr);
   // Generates an answer to the pending turn (returned) but appends `given` to the conversation
   // instead (evaluation with gold history; Session::generate_then_give).
   GenerationResult respond_then_give(const std::string& given, const GenerationParams& params,
                                      const TextCallback& on_text = {},
                                      const std::atomic<bool>* cancel = nullptr);
   void reset();
+  // The conversation as it stands, to go back to after a request that failed or was stopped
+  // (Session::checkpoint): restore() is immediate; the cache is rebuilt before it is next used,
+  // or now by catch_up(cancel) (Error{Cancelled} leaves it for later). cache_current(): whether
+  // state(), snapshot() and tokens() describe the conversation, not a cache still to be rebuilt.
+  std::shared_ptr<const ConversationCheckpoint> checkpoint() const;
+  void restore(const ConversationCheckpoint& c);
+  void catch_up(const std::atomic<bool>* cancel = nullptr);
+  bool cache_current() const;
   ConversationState state() const;
   const std::vector<Message>& transcript() const;
   // The transcript as JSON (Hugging Face messages: role + content parts with "text" / "image").
