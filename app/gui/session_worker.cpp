@@ -205,7 +205,7 @@ void SessionWorker::sendTurn(const QString& text, const QStringList& images) {
   clock.start();
   std::vector<std::string> paths;
   for (const QString& p : images) paths.push_back(p.toStdString());
-  const std::vector<trimkv::Message> before = m_engine->transcript();
+  const Checkpoint before = m_engine->checkpoint();
 
   try {
     m_engine->add_user_turn(text.toStdString(), paths, &m_cancel);
@@ -223,6 +223,7 @@ bool SessionWorker::beginRequest() {
     return false;
   }
   m_cancel.store(false);  // a stop from before this request does not apply to it
+  m_frameBefore = m_lastFrame;
   return true;
 }
 
@@ -231,8 +232,8 @@ void SessionWorker::regenerate() {
   if (!beginRequest()) return;
   QElapsedTimer clock;
   clock.start();
-  const std::vector<trimkv::Message> before = m_engine->transcript();
-  std::vector<trimkv::Message> history = before;
+  const Checkpoint before = m_engine->checkpoint();
+  std::vector<trimkv::Message> history = m_engine->transcript();
   if (!history.empty() && history.back().role == "assistant") history.pop_back();
   if (history.empty() || history.back().role != "user") {
     Q_EMIT turnFailed(tr("There is no question to answer again."));
@@ -256,8 +257,9 @@ void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringL
   if (!beginRequest()) return;
   QElapsedTimer clock;
   clock.start();
-  const std::vector<trimkv::Message> before = m_engine->transcript();
-  const int cut = userMessageIndex(before, userTurn);
+  const Checkpoint before = m_engine->checkpoint();
+  const std::vector<trimkv::Message> messages = m_engine->transcript();
+  const int cut = userMessageIndex(messages, userTurn);
   if (cut < 0) {
     Q_EMIT turnFailed(tr("The conversation has no message %1 to edit.").arg(userTurn + 1));
     return;
@@ -267,7 +269,7 @@ void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringL
   try {
     // Earlier turns as they were (a system message stays the engine's system prompt until the
     // edited turn, if it is the first, brings it in).
-    replay(std::vector<trimkv::Message>(before.begin(), before.begin() + cut));
+    replay(std::vector<trimkv::Message>(messages.begin(), messages.begin() + cut));
     m_engine->add_user_turn(text.toStdString(), paths, &m_cancel);
   } catch (const std::exception& e) {
     restore(before);
@@ -281,9 +283,9 @@ void SessionWorker::resendFrom(int userTurn, const QString& text, const QStringL
 void SessionWorker::replayConversation() {
   BusyScope<SessionWorker> busy(this);
   if (!beginRequest()) return;
-  const std::vector<trimkv::Message> before = m_engine->transcript();
+  const Checkpoint before = m_engine->checkpoint();
   std::vector<trimkv::Message> system, users;
-  for (const trimkv::Message& m : before) {
+  for (const trimkv::Message& m : m_engine->transcript()) {
     if (m.role == "system") system.push_back(m);
     else if (m.role == "user") users.push_back(m);
   }
@@ -342,8 +344,9 @@ void SessionWorker::loadConversation(const QString& path) {
     Q_EMIT errorOccurred(tr("Cannot open the conversation"), errorText(e));
     return;
   }
-  const std::vector<trimkv::Message> before = m_engine->transcript();
+  const Checkpoint before = m_engine->checkpoint();
   m_cancel.store(false);
+  m_frameBefore = m_lastFrame;
   try {
     replay(messages);  // images re-encoded, answers as given, under the current settings
   } catch (const std::exception& e) {
@@ -372,33 +375,22 @@ void SessionWorker::replay(const std::vector<trimkv::Message>& messages) {
       std::string text;
       for (const trimkv::ContentPart& p : m.content)
         if (p.kind == trimkv::ContentPart::Kind::Text) text += p.text;
-      m_engine->add_assistant_text(text);
+      m_engine->add_assistant_text(text, &m_cancel);
     }
   }
 }
 
-void SessionWorker::restore(const std::vector<trimkv::Message>& messages) {
-  const bool wasCancelled = m_cancel.exchange(false);  // the restore itself must not be stopped
-  try {
-    replay(messages);
-    settleSystemPrompt();
-  } catch (const std::exception& e) {
-    settleSystemPrompt();
-    m_engine->reset();
-    m_tokens.reset();
-    Q_EMIT conversationReset();
-    Q_EMIT errorOccurred(tr("The conversation was lost"),
-                         tr("It could not be restored after an error: %1").arg(errorText(e)));
-  }
-  m_cancel.store(wasCancelled);
+void SessionWorker::restore(const Checkpoint& before) {
+  m_engine->restore(*before);
+  settleSystemPrompt();
+  m_tokens.reset();
 }
 
-void SessionWorker::answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before) {
+void SessionWorker::answerPending(const QElapsedTimer& clock, const Checkpoint& before) {
   if (const std::optional<TurnStats> stats = generateAnswer(clock, before)) finishTurn(*stats);
 }
 
-std::optional<TurnStats> SessionWorker::generateAnswer(const QElapsedTimer& clock,
-                                                       const std::vector<trimkv::Message>& before) {
+std::optional<TurnStats> SessionWorker::generateAnswer(const QElapsedTimer& clock, const Checkpoint& before) {
   const int64_t promptTokens = m_engine->state().tokens;
   emitFrame(QStringLiteral("prefill"), 0, false);
 
@@ -479,6 +471,11 @@ void SessionWorker::reportTurnFailure(const std::exception& e, const QString& st
 
 void SessionWorker::emitFrame(const QString& phase, int64_t generated, bool withTrace) {
   if (!m_engine) return;
+  if (!m_engine->cache_current()) {
+    m_lastFrame = m_frameBefore;
+    if (m_lastFrame.kv) Q_EMIT frameReady(m_lastFrame);
+    return;
+  }
   InspectorFrame frame;
   std::shared_ptr<trimkv::KvSnapshot> kv;
   try {
@@ -499,5 +496,6 @@ void SessionWorker::emitFrame(const QString& phase, int64_t generated, bool with
   frame.tokens = m_tokens;
   frame.phase = phase;
   frame.generatedTokens = generated;
+  m_lastFrame = frame;
   Q_EMIT frameReady(frame);
 }

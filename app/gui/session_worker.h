@@ -118,21 +118,24 @@ class SessionWorker : public QObject {
   void errorOccurred(const QString& title, const QString& message);
 
  private:
+  using Checkpoint = std::shared_ptr<const trimkv::vision::ConversationCheckpoint>;
   // The start of every conversation request: false (turnFailed emitted) when no model is loaded;
-  // otherwise clears a stop left from before.
+  // otherwise clears a stop left from before and keeps the frame shown (m_frameBefore).
   bool beginRequest();
-  // Builds and emits a frame of the engine's current state (the worker thread only).
+  // Builds and emits a frame of the engine's current state (the worker thread only). While the
+  // engine's cache is still to be rebuilt after a restore, m_frameBefore is shown again instead:
+  // the conversation is what it was when that frame was taken.
   void emitFrame(const QString& phase, int64_t generated, bool withTrace);
   // A failed turn: turnFailed (with `stopped` when it was cancelled, else the error, which also
   // goes to errorOccurred under `title`), then an idle frame.
   void reportTurnFailure(const std::exception& e, const QString& stopped, const QString& title, bool withTrace);
   void flushText();
   // Generates the answer to the pending user turn, streaming it (textChunk, frameReady), and
-  // returns its stats; on failure the conversation is rebuilt as `before`, the failure reported
+  // returns its stats; on failure the conversation is restored to `before`, the failure reported
   // (turnFailed) and nothing returned.
-  std::optional<TurnStats> generateAnswer(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before);
+  std::optional<TurnStats> generateAnswer(const QElapsedTimer& clock, const Checkpoint& before);
   // generateAnswer, then turnFinished.
-  void answerPending(const QElapsedTimer& clock, const std::vector<trimkv::Message>& before);
+  void answerPending(const QElapsedTimer& clock, const Checkpoint& before);
   // Resets the engine and re-adds `messages` (throws what the engine throws). A system message
   // becomes the engine's system prompt, so it stays in force until the first user turn is in;
   // every request that replays ends with settleSystemPrompt().
@@ -144,9 +147,9 @@ class SessionWorker : public QObject {
   void autosave();
   // autosave(), then turnFinished.
   void finishTurn(const TurnStats& stats);
-  // replay() that cannot be stopped, then settleSystemPrompt(); when even that fails the
-  // conversation is reset and the user told.
-  void restore(const std::vector<trimkv::Message>& messages);
+  // The conversation as it was at `before`, at once (ChatEngine::restore: nothing is prefilled
+  // now; the next request rebuilds the cache first, under its own stop), then settleSystemPrompt().
+  void restore(const Checkpoint& before);
   // m_tokens for a stream of n_tokens positions: read again in full at turn boundaries (`full`:
   // a replay or rollback may have changed earlier positions), else only the new ones.
   void refreshTokens(int64_t n_tokens, bool full);
@@ -167,6 +170,8 @@ class SessionWorker : public QObject {
   std::atomic<int> m_threadsInUse{0};   // what the worker thread uses
   // The stream's positions as last read (ChatEngine::tokens), shared with the frames sent.
   std::shared_ptr<const std::vector<trimkv::vision::StreamToken>> m_tokens;
+  InspectorFrame m_lastFrame;    // the last frame emitted
+  InspectorFrame m_frameBefore;  // m_lastFrame when the request in flight began
 
   // Coalescing of the turn in flight (worker thread only).
   QString m_pendingText;

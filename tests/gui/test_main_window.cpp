@@ -885,13 +885,7 @@ class MainWindowTest : public QObject {
   void policyOptionsShowOnlyWhatThePolicyAccepts() {
     QComboBox* policy = m_window->policyCombo();
     const QString before = policy->currentData().toString();
-    auto choose = [&](const QString& name) {
-      QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
-      policy->setCurrentIndex(policy->findData(name));
-      Q_EMIT policy->activated(policy->currentIndex());  // as a choice in the list does
-      QVERIFY(applied.wait(5000));
-      QCOMPARE(applied.last().at(0).value<trimkv::EvictionSettings>().policy, name.toStdString());
-    };
+    auto choose = [&](const QString& name) { QVERIFY(choosePolicy(*m_window, name)); };
     PolicyOptionsForm* form = m_window->policyOptions();
     setBudget(64);  // snapkv needs more than its window (32) per head
     choose(QStringLiteral("snapkv"));
@@ -1173,41 +1167,127 @@ class MainWindowTest : public QObject {
     QVERIFY(!m_window->stopButton()->isEnabled());
   }
 
-  // Stop while a message is still being read in (issue 21: every long operation returns control
-  // within 200 ms): thousands of tokens of prefill on the built-in demo model with one thread, so
-  // that the prefill takes seconds. The message opens the conversation: in a later turn a stopped
-  // prefill rolls the session back by prefilling the earlier turns again, which cannot be stopped
-  // (README "Reliability"). (Pictures are encoded with the same stop checks, one per vision
-  // layer, but no model here encodes slowly enough to time a stop inside it.)
-  void stopDuringAPrefillLandsWithin200ms() {
-    MainWindow w;
+  // Chooses `name` in w's policy list as the user does; true once the worker applied it.
+  static bool choosePolicy(MainWindow& w, const QString& name) {
+    QComboBox* policy = w.policyCombo();
+    QSignalSpy applied(&w, &MainWindow::evictionApplied);
+    policy->setCurrentIndex(policy->findData(name));
+    Q_EMIT policy->activated(policy->currentIndex());  // as a choice in the list does
+    return applied.wait(5000) &&
+           applied.last().at(0).value<trimkv::EvictionSettings>().policy == name.toStdString();
+  }
+
+  // A window on the built-in demo model with one thread, so that a 12,000-token prefill takes
+  // seconds.
+  static bool openDemoOnOneThread(MainWindow& w) {
     w.resize(1200, 800);
     w.show();
     w.setThreads(1);
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    QSignalSpy applied(&w, &MainWindow::evictionApplied);
     w.openModel(QStringLiteral(TRIMKV_DEMO_MODEL_DIR));
-    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    // Loaded, and the model's default policy (its gates') applied after it.
+    return loaded.wait(kLoadTimeoutMs) &&
+           QTest::qWaitFor([&] {
+             return !applied.isEmpty() && applied.last().at(0).value<trimkv::EvictionSettings>().policy != "full";
+           }, 10000);
+  }
+
+  // Starts a request (`start`) that prefills for seconds, clicks Stop 300 ms in and returns the
+  // milliseconds from the click to the request's end (taken when turnFailed arrives); -1 when
+  // it was answered instead (a test failure is recorded).
+  static qint64 stopAPrefill(MainWindow& w, const std::function<void()>& start, QString* message = nullptr) {
     QElapsedTimer clock;
-    qint64 ms = -1;  // from the click to the turn's end, taken when the signal arrives
+    qint64 ms = -1;
     QString failure;
     bool answered = false;
-    connect(&w, &MainWindow::turnFailed, &w, [&](const QString& message) {
+    const QMetaObject::Connection failed = connect(&w, &MainWindow::turnFailed, &w, [&](const QString& message) {
       ms = clock.isValid() ? clock.elapsed() : -2;
       failure = message;
     });
-    connect(&w, &MainWindow::answerFinished, &w, [&](const TurnStats&) { answered = true; });
-    w.sendTurn(kLongPrompt, {});
+    const QMetaObject::Connection finished =
+        connect(&w, &MainWindow::answerFinished, &w, [&](const TurnStats&) { answered = true; });
+    start();
     QTest::qWait(300);  // well inside the prefill
-    QVERIFY2(ms == -1 && !answered, "the turn ended on its own before the stop");
+    if (ms != -1 || answered) {
+      QTest::qFail("the request ended on its own before the stop", __FILE__, __LINE__);
+      return -1;
+    }
     clock.start();
     QTest::mouseClick(w.stopButton(), Qt::LeftButton);
-    QTRY_VERIFY_WITH_TIMEOUT(ms >= 0 || answered, kTurnTimeoutMs);
-    qInfo("the prefill stopped %lld ms after Stop", static_cast<long long>(ms));
-    QVERIFY(!answered);  // it did not run to its answer
+    if (!QTest::qWaitFor([&] { return ms >= 0 || answered; }, kTurnTimeoutMs) || answered) {
+      QTest::qFail("the stopped request ran to its answer", __FILE__, __LINE__);
+      return -1;
+    }
+    disconnect(failed);
+    disconnect(finished);
+    qInfo("stopped %lld ms after Stop: %s", static_cast<long long>(ms), qPrintable(failure));
+    if (message) *message = failure;
+    return ms;
+  }
+
+  // Stop while a message is still being read in (issue 21: every long operation returns control
+  // within 200 ms). (Pictures are encoded with the same stop checks, one per vision layer, but no
+  // model here encodes slowly enough to time a stop inside it.)
+  void stopDuringAPrefillLandsWithin200ms() {
+    MainWindow w;
+    QVERIFY(openDemoOnOneThread(w));
+    QString failure;
+    const qint64 ms = stopAPrefill(w, [&] { w.sendTurn(kLongPrompt, {}); }, &failure);
+    QVERIFY(ms >= 0);
     QCOMPARE(failure, QStringLiteral("Stopped before the answer started."));
     QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
     QCOMPARE(w.conversation()->messageCount(), 0);  // the conversation is as before the message
     QTRY_VERIFY(w.sendButton()->isEnabled());
+  }
+
+  // The same after earlier turns, and in a replay: the conversation goes back at once, without
+  // prefilling the earlier turns again first (the next request does that, under its own stop),
+  // and the next turn is answered as in a conversation that never had the stopped requests (under
+  // the full cache, where rebuilding the cache from the kept turns equals having run them).
+  void stopAfterEarlierTurnsOrInAReplayLandsWithin200ms() {
+    MainWindow w;
+    QVERIFY(openDemoOnOneThread(w));
+    QVERIFY(choosePolicy(w, QStringLiteral("full")));
+    const QString question = QStringLiteral("What colour is the circle?");
+    // Two of these and the answers fit the demo model's 16,384 positions; each takes seconds.
+    const QString longTurn = QStringLiteral("blue ").repeated(6000) + question;
+    QSignalSpy finished(&w, &MainWindow::answerFinished);
+    w.sendTurn(longTurn, {});  // a long first turn: replaying it takes seconds
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    const qint64 ms = stopAPrefill(w, [&] { w.sendTurn(longTurn, {}); });
+    QVERIFY(ms >= 0);
+    QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop in a later turn took %1 ms").arg(ms)));
+    QCOMPARE(w.conversation()->messageCount(), 2);
+    QTRY_VERIFY(w.sendButton()->isEnabled());
+
+    const qint64 replayMs = stopAPrefill(w, [&] { w.replayAction()->trigger(); });
+    QVERIFY(replayMs >= 0);
+    QVERIFY2(replayMs < 200, qPrintable(QStringLiteral("stop in a replay took %1 ms").arg(replayMs)));
+    QCOMPARE(w.conversation()->messageCount(), 2);
+    QTRY_VERIFY(w.sendButton()->isEnabled());
+
+    // The next turn catches the cache up first: its answer and KV view are those of a window
+    // that never saw the stopped requests.
+    finished.clear();
+    w.sendTurn(question, {});
+    QVERIFY(finished.wait(kTurnTimeoutMs));
+    const TurnStats after = finished.takeFirst().at(0).value<TurnStats>();
+    const InspectorFrame shown = w.lastFrame();
+    MainWindow plain;
+    QVERIFY(openDemoOnOneThread(plain));
+    QVERIFY(choosePolicy(plain, QStringLiteral("full")));
+    QSignalSpy plainFinished(&plain, &MainWindow::answerFinished);
+    plain.sendTurn(longTurn, {});
+    QVERIFY(plainFinished.wait(kTurnTimeoutMs));
+    plain.sendTurn(question, {});
+    QVERIFY(plainFinished.wait(kTurnTimeoutMs));
+    const TurnStats want = plainFinished.takeLast().at(0).value<TurnStats>();
+    QCOMPARE(after.text, want.text);
+    QCOMPARE(after.promptTokens, want.promptTokens);
+    QVERIFY(shown.kv && plain.lastFrame().kv);
+    QCOMPARE(shown.kv->n_tokens, plain.lastFrame().kv->n_tokens);
+    QCOMPARE(shown.state.kv_entries, plain.lastFrame().state.kv_entries);
   }
 
   void recentModelsListLoadedFoldersAndReloadWithABusyIndicator() {
