@@ -430,8 +430,8 @@ void MainWindow::buildCentral() {
   m_send->setDefault(true);
   connect(m_send, &QPushButton::clicked, this, &MainWindow::sendFromInput);
   m_stop = new QPushButton(tr("Stop"), left);
-  m_stop->setToolTip(tr("Stop the answer (Esc)"));
-  connect(m_stop, &QPushButton::clicked, this, &MainWindow::stopGeneration);
+  m_stop->setToolTip(tr("Stop the answer, or the model load (Esc)"));
+  connect(m_stop, &QPushButton::clicked, this, &MainWindow::stop);
   auto* buttons = new QVBoxLayout;
   buttons->addWidget(m_send);
   buttons->addWidget(m_stop);
@@ -445,7 +445,7 @@ void MainWindow::buildCentral() {
   auto* sendKey2 = new QShortcut(QKeySequence(Qt::CTRL | Qt::Key_Enter), this);
   connect(sendKey2, &QShortcut::activated, this, &MainWindow::sendFromInput);
   auto* stopKey = new QShortcut(QKeySequence(Qt::Key_Escape), this);
-  connect(stopKey, &QShortcut::activated, this, &MainWindow::stopGeneration);
+  connect(stopKey, &QShortcut::activated, this, &MainWindow::stop);
 
   // Right: the inspector.
   auto* right = new QSplitter(Qt::Vertical, split);
@@ -615,6 +615,7 @@ void MainWindow::connectWorker() {
   // Results: values, queued onto the GUI thread.
   connect(m_worker, &SessionWorker::busyChanged, this, [this](bool busy) {
     m_busy = busy;
+    if (!busy) m_loading = false;
     if (!busy && m_loadBar->isVisible()) {
       m_loadBar->setVisible(false);
       if (m_statusPhase->text().startsWith(tr("loading"))) m_statusPhase->setText(m_hasModel ? tr("ready") : tr("no model"));
@@ -624,11 +625,18 @@ void MainWindow::connectWorker() {
   connect(m_worker, &SessionWorker::modelLoading, this, [this](const QString& dir) {
     m_statusPhase->setText(tr("loading %1…").arg(QFileInfo(dir).fileName()));
     m_loadBar->setVisible(true);
+    m_loading = true;
+    updateButtons();
     Q_EMIT modelLoadStarted(dir);
   }, Qt::QueuedConnection);
   connect(this, &MainWindow::requestAutosaveFile, m_worker, &SessionWorker::setAutosaveFile, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::autosaved, this, &MainWindow::autosaved, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::modelLoaded, this, &MainWindow::onModelLoaded, Qt::QueuedConnection);
+  connect(m_worker, &SessionWorker::modelLoadStopped, this, [this](const QString& dir) {
+    m_statusPhase->setText(m_hasModel ? tr("Loading %1 stopped; the model in use stays.").arg(QFileInfo(dir).fileName())
+                                      : tr("Loading %1 stopped; no model is open.").arg(QFileInfo(dir).fileName()));
+    Q_EMIT modelLoadStopped(dir);
+  }, Qt::QueuedConnection);
   connect(m_worker, &SessionWorker::textChunk, this, [this](const QString& chunk) {
     m_conversation->appendToAnswer(chunk);
   }, Qt::QueuedConnection);
@@ -880,6 +888,10 @@ void MainWindow::sendFromInput() {
 
 void MainWindow::stopGeneration() {
   if (m_answering) m_worker->requestStop();  // atomic flag: takes effect at the next token
+}
+
+void MainWindow::stop() {
+  if (m_answering || m_loading) m_worker->requestStop();  // a load stops before its next tensor
 }
 
 void MainWindow::newConversation() {
@@ -1458,7 +1470,7 @@ void MainWindow::updateButtons() {
   // The mini evaluation asks questions about generated pictures: vision-language models only.
   if (m_evaluateAction) m_evaluateAction->setEnabled(m_hasModel && m_model.vision.takes_images());
   if (m_templateVarsAction) m_templateVarsAction->setEnabled(m_hasModel && !m_answering);
-  m_stop->setEnabled(m_answering);
+  m_stop->setEnabled(m_answering || m_loading);
   m_regenerateAction->setEnabled(m_hasModel && !m_answering && m_conversation->messageCount() > 0);
   m_replayAction->setEnabled(m_hasModel && !m_answering && m_conversation->userMessageCount() > 0);
   m_conversation->setEditingEnabled(m_hasModel && !m_answering);

@@ -66,6 +66,8 @@ class MainWindow : public QMainWindow {
   ModelPicker* pickModel();
   void sendTurn(const QString& text, const QStringList& images);  // as if typed and sent
   void stopGeneration();
+  // The Stop button and Esc: stops the answer, or the model load, in flight.
+  void stop();
   void regenerate();  // the last answer again, under the current settings
   // Edit-and-resend: editUserTurn puts user message `userTurn` (0-based among user messages)
   // into the input (text and images); the next send replaces it and everything after it
@@ -186,6 +188,7 @@ class MainWindow : public QMainWindow {
 
  Q_SIGNALS:
   void modelLoaded(const ModelSummary& model);
+  void modelLoadStopped(const QString& dir);  // Stop during a load: the model in use stays
   void frameShown(const InspectorFrame& frame);
   void answerFinished(const TurnStats& stats);
   void turnFailed(const QString& message);
@@ -384,6 +387,6 @@ class MainWindow : public QMainWindow {
   QString m_previousAnswer;  // shown again if regenerating fails
   QAction* m_regenerateAction = nullptr;
   QAction* m_replayAction = nullptr;
-  bool m_busy = false, m_answering = false, m_errorDialogs = true, m_persist = false;
+  bool m_busy = false, m_loading = false, m_answering = false, m_errorDialogs = true, m_persist = false;
   bool m_budgetFromSettings = false;  // the user's budget was restored: keep it
 };

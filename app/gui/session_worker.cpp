@@ -59,6 +59,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
   BusyScope<SessionWorker> busy(this);
   // OpenMP keeps the thread count per thread: this one's must be set here, not in main().
   m_threadsInUse.store(trimkv::set_compute_threads(m_threads));
+  m_cancel.store(false);  // a stop from before this load does not apply to it
   Q_EMIT modelLoading(dir);
   std::unique_ptr<ChatEngine> engine;
   try {
@@ -69,8 +70,13 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
     options.weights = m_weights.toStdString();
     options.kv_dtype = m_kvDtype.toStdString();
     options.image_size = m_imageSize;
+    options.cancel = &m_cancel;
     engine = ChatEngine::load(dir.toStdString(), options);
   } catch (const std::exception& e) {
+    if (isCancelled(e)) {
+      Q_EMIT modelLoadStopped(dir);
+      return;
+    }
     Q_EMIT errorOccurred(gates.isEmpty() ? tr("Cannot open the model") : tr("Cannot open the model with these gates"),
                          errorText(e));
     return;

@@ -3,7 +3,8 @@
 // (session_types.h) through its signals. The GUI thread never calls the engine.
 //
 // Contract of the signals of one request:
-//   loadModel  -> modelLoaded + frameReady, or errorOccurred (the previous model stays loaded)
+//   loadModel  -> modelLoaded + frameReady, or errorOccurred, or modelLoadStopped after a stop
+//                 (requestStop; the previous model stays loaded either way)
 //   sendTurn   -> frameReady (after the prefill), textChunk* and frameReady* while decoding,
 //                 then exactly one of turnFinished (answer complete or stopped) or turnFailed
 //                 (nothing of the turn was kept: the conversation is as before the request)
@@ -99,6 +100,7 @@ class SessionWorker : public QObject {
   void busyChanged(bool busy);
   void modelLoading(const QString& dir);
   void modelLoaded(const ModelSummary& model);
+  void modelLoadStopped(const QString& dir);
   void textChunk(const QString& chunk);
   void frameReady(const InspectorFrame& frame);
   void turnFinished(const TurnStats& stats);

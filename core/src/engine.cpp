@@ -25,7 +25,7 @@ Engine::~Engine() = default;
 std::unique_ptr<Engine> Engine::load(const std::string& dir, const EngineOptions& options) {
   apply_engine_options(options);
   auto impl = std::make_unique<Impl>();
-  impl->model = load_text_model(dir, {options.weights, options.kv_dtype});
+  impl->model = load_text_model(dir, model_load_options(options));
   impl->options = options;
   LoadedGates loaded = load_engine_gates(options, dir, impl->model);
   impl->gates = std::move(loaded.gates);

@@ -28,8 +28,15 @@ void apply_engine_options(const EngineOptions& options) {
   set_compute_threads(options.threads);  // 0: every hardware thread, as the CLI help and the Studio say
 }
 
+ModelLoadOptions model_load_options(const EngineOptions& options) {
+  ModelLoadOptions o(options.weights, options.kv_dtype, options.image_size);
+  o.cancel = options.cancel;
+  return o;
+}
+
 LoadedGates load_engine_gates(const EngineOptions& options, const std::string& checkpoint_dir,
                               const TextModel& model) {
+  TRIMKV_CHECK(!(options.cancel && options.cancel->load()), Cancelled, "loading '", checkpoint_dir, "' stopped");
   LoadedGates out;
   out.path = options.gates == "none" ? ""
              : options.gates.empty() ? find_gates_file(checkpoint_dir)

@@ -5,10 +5,15 @@
 // their dequantised weights; widths the quantised formats cannot hold fall back to bf16, named.
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "logit_oracle.h"
+#include "random_llama.h"
 #include "test_util.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/generation.h"
@@ -101,34 +106,11 @@ namespace {
 
 // A tiny random Llama checkpoint written in `dtype`: hidden `d` (heads of 16), MLP `f`.
 void write_llama(const test::ScratchDir& dir, int64_t d, int64_t f, DType dtype) {
-  const int64_t vocab = 384, layers = 2;
-  test::write_text(dir.file("config.json"),
-                   nlohmann::json{{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                                  {"hidden_size", d}, {"intermediate_size", f}, {"num_hidden_layers", layers},
-                                  {"num_attention_heads", d / 16}, {"num_key_value_heads", d / 16},
-                                  {"head_dim", 16}, {"vocab_size", vocab}, {"max_position_embeddings", 128},
-                                  {"rms_norm_eps", 1e-6}, {"tie_word_embeddings", false}}
-                       .dump());
-  at::manual_seed(4);
-  std::vector<TensorToWrite> out;
-  auto put = [&](const std::string& name, std::vector<int64_t> shape) {
-    const at::Tensor t = (at::randn(shape) * 0.1).to(dtype == DType::BF16 ? at::kBFloat16 : at::kFloat).contiguous();
-    const auto* p = static_cast<const uint8_t*>(t.data_ptr());
-    out.push_back({name, dtype, shape, std::vector<uint8_t>(p, p + t.nbytes())});
-  };
-  put("model.embed_tokens.weight", {vocab, d});
-  put("model.norm.weight", {d});
-  put("lm_head.weight", {vocab, d});
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) put(p + "self_attn." + n + ".weight", {d, d});
-    put(p + "mlp.gate_proj.weight", {f, d});
-    put(p + "mlp.up_proj.weight", {f, d});
-    put(p + "mlp.down_proj.weight", {d, f});
-    put(p + "input_layernorm.weight", {d});
-    put(p + "post_attention_layernorm.weight", {d});
-  }
-  write_safetensors(dir.file("model.safetensors"), out);
+  test::RandomLlama m;
+  m.hidden = d;
+  m.mlp = f;
+  m.dtype = dtype;
+  test::write_random_llama(dir, m);
 }
 
 }  // namespace
@@ -155,4 +137,44 @@ TEST_CASE("Weights: the checkpoint's own half precision by default, unknown form
                                      Catch::Contains("bf16"));
   const auto want = run(load_text_model(odd.path()), prompt, 3), got = run(q8, prompt, 3);
   for (size_t i = 0; i < want.size(); ++i) CHECK((got[i] - want[i]).abs().max().item<double>() < 0.1);
+}
+
+TEST_CASE("Weights: a stopped load ends before its next tensor, naming the checkpoint", "[weights][errors][cancel]") {
+  test::ScratchDir dir("big-model");
+  test::RandomLlama big;
+  big.hidden = 512;
+  big.mlp = 1536;
+  big.layers = 24;  // 24 x 9 matrices of 0.25-0.75 M floats: a load of a few hundred ms
+  test::write_random_llama(dir, big);
+  ModelLoadOptions o;
+  std::atomic<bool> stop{true};
+  o.cancel = &stop;
+  REQUIRE_THROWS_MATCHES(load_text_model(dir.path(), o), Error,
+                         Catch::Matchers::Predicate<Error>([&](const Error& e) {
+                           return e.kind() == ErrorKind::Cancelled &&
+                                  std::string(e.what()).find(dir.path()) != std::string::npos;
+                         }, "Error{Cancelled} naming the folder"));
+  // Stopped midway from another thread: back within 200 ms of the stop (one tensor's read).
+  stop = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  load_text_model(dir.path(), o);
+  const double full_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::chrono::steady_clock::time_point stopped_at;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(full_ms / 3));
+    stopped_at = std::chrono::steady_clock::now();
+    stop = true;
+  });
+  bool cancelled = false;
+  try {
+    load_text_model(dir.path(), o);
+  } catch (const Error& e) {
+    cancelled = e.kind() == ErrorKind::Cancelled;
+  }
+  const auto back = std::chrono::steady_clock::now();
+  stopper.join();
+  const double ms = std::chrono::duration<double, std::milli>(back - stopped_at).count();
+  INFO("whole load " << full_ms << " ms; back " << ms << " ms after the stop");
+  REQUIRE(cancelled);
+  REQUIRE(ms < 200);
 }

@@ -43,6 +43,7 @@
 #include <QtCharts/QLineSeries>
 
 #include "analysis_worker.h"
+#include "random_llama.h"
 #include "budget_control.h"
 #include "compare_window.h"
 #include "conversation_list.h"
@@ -1288,6 +1289,36 @@ class MainWindowTest : public QObject {
     QVERIFY(shown.kv && plain.lastFrame().kv);
     QCOMPARE(shown.kv->n_tokens, plain.lastFrame().kv->n_tokens);
     QCOMPARE(shown.state.kv_entries, plain.lastFrame().state.kv_entries);
+  }
+
+  // Stop while a model loads: the load ends before its next tensor; the model in use stays.
+  void stopDuringAModelLoadLandsWithin200ms() {
+    MainWindow w;
+    QVERIFY(openDemoOnOneThread(w));
+    trimkv::test::ScratchDir dir("gui-big-model");
+    trimkv::test::RandomLlama big;
+    big.hidden = 512;
+    big.mlp = 1536;
+    big.layers = 24;  // hundreds of milliseconds of tensors to read
+    big.with_tokenizer = true;
+    trimkv::test::write_random_llama(dir, big);
+    QElapsedTimer clock;
+    QSignalSpy stopped(&w, &MainWindow::modelLoadStopped);
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    connect(&w, &MainWindow::modelLoadStarted, &w, [&](const QString&) {
+      QVERIFY(w.stopButton()->isEnabled());  // a load can be stopped
+      clock.start();
+      QTest::mouseClick(w.stopButton(), Qt::LeftButton);
+    });
+    w.openModel(QString::fromStdString(dir.path()));
+    QVERIFY(stopped.wait(kLoadTimeoutMs));
+    const qint64 ms = clock.elapsed();
+    qInfo("the load stopped %lld ms after Stop", static_cast<long long>(ms));
+    QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
+    QVERIFY(loaded.isEmpty());
+    QCOMPARE(w.model().dir, QStringLiteral(TRIMKV_DEMO_MODEL_DIR));  // the model in use stays
+    QTRY_VERIFY(!w.stopButton()->isEnabled());
+    QVERIFY(w.sendButton()->isEnabled());
   }
 
   void recentModelsListLoadedFoldersAndReloadWithABusyIndicator() {

@@ -53,7 +53,7 @@ std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& spec, const Engi
   apply_engine_options(options);
   auto impl = std::make_unique<Impl>();
   if (vision::is_vlm_checkpoint(dir)) {
-    impl->model = load_vlm(dir, options.template_vars, {options.weights, options.kv_dtype, options.image_size});
+    impl->model = load_vlm(dir, options.template_vars, model_load_options(options));
   } else {  // a text model: the same conversation, text only
     if (std::filesystem::is_directory(dir) &&
         load_text_config((std::filesystem::path(dir) / "config.json").string()).has_vision_tower) {
@@ -64,7 +64,7 @@ std::unique_ptr<ChatEngine> ChatEngine::load(const std::string& spec, const Engi
                   "); refusing to load only its text decoder, which would drop its images without a word");
     }
     impl->model = std::make_shared<VlmModel>();
-    impl->model->text = load_text_model(dir, {options.weights, options.kv_dtype, options.image_size});
+    impl->model->text = load_text_model(dir, model_load_options(options));
     impl->model->encoder = make_text_turn_encoder(impl->model->text, options.template_vars);
   }
   impl->options = options;

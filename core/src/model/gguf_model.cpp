@@ -199,6 +199,7 @@ TextModel load_gguf_text_model(const std::string& path, const ModelLoadOptions& 
   m.config = gguf_text_config(*file);
   m.family = &find_text_family(m.config.model_type, path);
   WeightStore weights = gguf_weight_store(file, m.config);
+  weights.set_cancel(options.cancel);
   m.weight_dtype = gguf_dominant_dtype(weights);
   m.weight_bytes = weights.total_bytes();
   // By default every matrix stays as the file stores it (a q4_0 file's embedding is often q8_0);

@@ -62,6 +62,7 @@ TextModel load_text_model(const std::string& dir, const ModelLoadOptions& option
   merge_generation_config((fs::path(dir) / "generation_config.json").string(), m.config);
   m.family = &find_text_family(m.config.model_type, config_path);
   WeightStore weights = WeightStore::open_folder(dir);
+  weights.set_cancel(options.cancel);
   m.weight_dtype = weights.dominant_dtype();
   m.weight_bytes = weights.total_bytes();
   m.weight_format = resolve_weight_format(options.weights, m.weight_dtype);

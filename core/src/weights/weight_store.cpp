@@ -204,6 +204,7 @@ const TensorInfo* WeightStore::find_any(const std::vector<std::string>& aliases)
 
 const TensorInfo& WeightStore::require(const std::vector<std::string>& aliases,
                                       const std::vector<int64_t>& shape) const {
+  TRIMKV_CHECK(!(m_cancel && m_cancel->load()), Cancelled, "loading '", m_source, "' stopped");
   const TensorInfo* info = find_any(aliases);
   if (!info) {
     std::string tried;

@@ -238,7 +238,8 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vecto
   TRIMKV_CHECK(cfg.image_token_id >= 0 && cfg.image_token_id < m->text.config.vocab_size, Config, "'",
                config_path, "': image_token_id ", cfg.image_token_id, " is outside the vocabulary [0, ",
                m->text.config.vocab_size, ")");
-  const WeightStore ws = WeightStore::open_folder(dir);
+  WeightStore ws = WeightStore::open_folder(dir);
+  ws.set_cancel(options.cancel);
   auto vision = Idefics3Vision::load(cfg, ws, m->text.weight_format);  // the tower in the decoder's precision too
   Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
   if (options.image_size > 0) {  // --image-size: the longest edge, so fewer (or more) tiles

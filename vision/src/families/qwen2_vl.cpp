@@ -438,7 +438,8 @@ std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector
   TRIMKV_CHECK(m->text.config.rope.multimodal(), Config, "'", config_path, "': the text decoder (model_type '",
                m->text.config.model_type, "') has no multimodal rotary (mrope_section)");
   const Qwen2VlConfig cfg = Qwen2VlConfig::from_file(config_path);
-  const WeightStore ws = WeightStore::open_folder(dir);
+  WeightStore ws = WeightStore::open_folder(dir);
+  ws.set_cancel(options.cancel);
   auto tower = QwenVisionTower::load(cfg.vision, m->text.config.hidden_size, ws, m->text.weight_format);
   Qwen2VlProcessorConfig proc = Qwen2VlProcessorConfig::from_folder(dir);
   if (options.image_size > 0) {  // --image-size: at most image_size² pixels per image

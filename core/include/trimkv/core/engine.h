@@ -65,6 +65,9 @@ struct EngineOptions {
   // Vision-language checkpoints: image resolution in pixels on a side (ModelLoadOptions); 0 = the
   // processor's own.
   int image_size = 0;
+  // A stop for the load (ModelLoadOptions::cancel): Error{Cancelled}, nothing loaded. Must
+  // outlive the load; null: none.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // Error{Input} naming `weights` unless it is "" or a weight format (f32, bf16, f16, q8, q4).

@@ -12,6 +12,8 @@ namespace trimkv {
 
 // Validates the numeric options (Error{Input} naming the option) and applies the thread count.
 void apply_engine_options(const EngineOptions& options);
+// What the load of a model under `options` is given (weights, KV dtype, image size, stop).
+ModelLoadOptions model_load_options(const EngineOptions& options);
 
 struct LoadedGates {
   std::shared_ptr<const RetentionGates> gates;  // null when the model runs without gates

@@ -1,6 +1,7 @@
 // A runnable text model loaded from a checkpoint folder: config, family, decoder weights and
 // (when the folder has one) the tokenizer.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,9 @@ struct ModelLoadOptions {
   // tower itself). Otherwise a checkpoint with a vision tower is refused: loading only its text
   // decoder would drop the images without a word.
   bool text_of_vlm = false;
+  // A stop polled before every tensor is read (WeightStore::set_cancel): Error{Cancelled} naming
+  // the checkpoint; nothing is kept. Null: the load runs to its end.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 // The KV dtype `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming

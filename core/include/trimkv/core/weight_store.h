@@ -4,6 +4,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,9 @@ class WeightStore {
   const std::string& source() const { return m_source; }
   // The files holding the tensors (the weight cache's fingerprint of the checkpoint).
   std::vector<std::string> files() const;
+  // A stop for the load reading from this store: polled before every tensor is read
+  // (Error{Cancelled} naming the source). Must outlive the reads; null: none.
+  void set_cancel(const std::atomic<bool>* cancel) { m_cancel = cancel; }
   // Matrices quantised by load_matrix are taken from / kept in `cache` (weight_cache.h).
   void set_weight_cache(std::shared_ptr<WeightCache> cache) { m_cache = std::move(cache); }
   // The dtype of most tensors (what `trimkv info` reports).
@@ -63,6 +67,7 @@ class WeightStore {
   std::shared_ptr<const std::map<std::string, TensorInfo>> m_owned;   // from_tensors
   std::map<std::string, const TensorInfo*> m_index;  // name -> info inside m_files
   std::shared_ptr<WeightCache> m_cache;               // set_weight_cache
+  const std::atomic<bool>* m_cancel = nullptr;        // set_cancel
 };
 
 // float32 copy of one tensor's data (F32, F16, BF16, and GGUF's Q8_0, Q4_0, Q4_1 supported; other
