@@ -6,11 +6,16 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
+#include <thread>
 #include <tuple>
+
+#include <stb/stb_image_write.h>
 
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
@@ -28,6 +33,7 @@
 #include "trimkv/vision/train_gates_vlm.h"
 #include "trimkv/vision/qwen2_vl_processor.h"
 #include "trimkv/vision/vlm.h"
+#include "test_util.h"
 #include "vision_test_util.h"
 
 using namespace trimkv;
@@ -642,4 +648,42 @@ TEST_CASE("Qwen-VL gate training: the training forward is transformers' (M-RoPE 
       for (size_t i = 0; i < trained.size(); ++i) REQUIRE(at::equal(trained[i].tensor.detach(), loaded[i].tensor));
     }
   }
+}
+
+TEST_CASE("Qwen2-VL: a stop while a big picture is encoded lands within 200 ms", "[qwen2vl][cancel]") {
+  // 1024 x 1024 pixels at --image-size 1024: 5,329 patches in one full-attention segment, about
+  // half a second of tower on this fixture; the stop is polled per block of query rows.
+  test::ScratchDir dir("big-picture");
+  const int side = 1024;
+  std::vector<uint8_t> rgb(static_cast<size_t>(side) * side * 3);
+  for (int y = 0; y < side; ++y)
+    for (int x = 0; x < side; ++x)
+      for (int c = 0; c < 3; ++c) rgb[(static_cast<size_t>(y) * side + x) * 3 + c] = static_cast<uint8_t>((x * (c + 1) + y) & 255);
+  const std::string picture = dir.file("big.png");
+  REQUIRE(stbi_write_png(picture.c_str(), side, side, 3, rgb.data(), side * 3) != 0);
+  EngineOptions o;
+  o.image_size = side;
+  o.threads = 1;
+  auto engine = ChatEngine::load(test::vlm_model("qwen2_vl"), o);
+  std::atomic<bool> stop{false};
+  std::chrono::steady_clock::time_point stopped_at;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // inside the tower
+    stopped_at = std::chrono::steady_clock::now();
+    stop = true;
+  });
+  std::string message;
+  try {
+    engine->add_user_turn("What is this?", {picture}, &stop);
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::Cancelled) message = e.what();
+  }
+  const auto back = std::chrono::steady_clock::now();
+  stopper.join();
+  const double ms = std::chrono::duration<double, std::milli>(back - stopped_at).count();
+  INFO("back " << ms << " ms after the stop: " << message);
+  REQUIRE_THAT(message, Catch::Contains("image encoding cancelled"));
+  REQUIRE(ms < 200);
+  REQUIRE(engine->transcript().empty());
+  REQUIRE(engine->state().tokens == 0);
 }

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -94,7 +95,7 @@ at::Tensor vit_block_batched(const at::Tensor& x, const VitLayerWeights& w, cons
 }
 
 at::Tensor bidirectional_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
-                                   VitAttentionStats* stats) {
+                                   VitAttentionStats* stats, const std::atomic<bool>* cancel) {
   const int64_t n = q.size(0), nh = q.size(1), hd = q.size(2);
   // Per head, both products through linear_gemm (oneDNN when built with it): the BLAS behind
   // at::matmul may be a generic build several times slower (README "Benchmarks").
@@ -107,12 +108,15 @@ at::Tensor bidirectional_attention(const at::Tensor& q, const at::Tensor& k, con
   for (int64_t h = 0; h < nh; ++h) {
     const at::Tensor kh = k.select(1, h).contiguous();                               // [n, hd]
     const at::Tensor vt = v.select(1, h).t().contiguous();                           // [hd, n]
-    const at::Tensor probs = at::softmax(kernels::linear_gemm(q.select(1, h), kh) * scale, -1);  // [n, n]
-    out.narrow(1, h * hd, hd).copy_(kernels::linear_gemm(probs, vt));                // [n, hd]
-    if (stats) {
-      received.add_(probs.sum(0).to(at::kFloat));  // column sums: attention received
-      keys.add_(kh.to(at::kFloat));
+    const at::Tensor qh = q.select(1, h);
+    for (int64_t r = 0; r < n; r += kAttentionRowBlock) {
+      if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
+      const int64_t rows = std::min(kAttentionRowBlock, n - r);
+      const at::Tensor probs = at::softmax(kernels::linear_gemm(qh.narrow(0, r, rows), kh) * scale, -1);  // [rows, n]
+      out.narrow(0, r, rows).narrow(1, h * hd, hd).copy_(kernels::linear_gemm(probs, vt));              // [rows, hd]
+      if (stats) received.add_(probs.sum(0).to(at::kFloat));  // column sums: attention received
     }
+    if (stats) keys.add_(kh.to(at::kFloat));
   }
   if (stats) {
     stats->received = received / static_cast<double>(nh * n);

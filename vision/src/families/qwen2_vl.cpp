@@ -388,7 +388,7 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
       const int64_t a = bounds[w], n = bounds[w + 1] - a;
       VitAttentionStats st;
       outs.push_back(bidirectional_attention(q.narrow(0, a, n), k.narrow(0, a, n), v.narrow(0, a, n), scale,
-                                             last ? &st : nullptr));
+                                             last ? &st : nullptr, cancel));
       if (last) {
         received.push_back(st.received);
         keys.push_back(st.keys);

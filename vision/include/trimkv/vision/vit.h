@@ -5,6 +5,7 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,12 @@ at::Tensor vit_block(const at::Tensor& x, const VitLayerWeights& w, const VitCon
 
 // Full (unmasked) multi-head attention within one segment of tokens: q, k, v [n, n_head, hd]
 // -> [n, n_head * hd], softmax in float32. `stats` (optional) receives what the attention says
-// about the segment's tokens.
+// about the segment's tokens. Queries go through in blocks of kAttentionRowBlock rows (a big
+// image's thousands of patches never need an n x n matrix); `cancel` (optional) is polled before
+// each block of each head: Error{Cancelled}.
+constexpr int64_t kAttentionRowBlock = 1024;
 at::Tensor bidirectional_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double scale,
-                                   VitAttentionStats* stats = nullptr);
+                                   VitAttentionStats* stats = nullptr, const std::atomic<bool>* cancel = nullptr);
 
 // The MLP activations of the towers: gelu_pytorch_tanh / gelu_new, gelu (erf), quick_gelu, silu
 // (check_vit_activation names the supported ones).
