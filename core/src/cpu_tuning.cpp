@@ -63,7 +63,12 @@ int set_compute_threads(int n) {
                  cores);
     n = cores;
   }
-  const int want = n > 0 ? n : cores;
+  int want = n > 0 ? n : cores;
+  if (n == 0)
+    if (const char* env = std::getenv("OMP_NUM_THREADS")) {
+      const int asked = std::atoi(env);  // "4" (a list such as "4,2" gives its first level)
+      if (asked > 0) want = std::min(asked, cores);
+    }
   at::set_num_threads(want);
   return at::get_num_threads();
 }

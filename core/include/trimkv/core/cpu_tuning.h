@@ -20,7 +20,8 @@ namespace trimkv {
 void tune_cpu_runtime(char** argv);
 
 // Sets the threads the model's math uses from the calling thread on (n = 0: every hardware
-// thread; more than the machine's hardware threads: that many, with a warning on stderr; n < 0:
+// thread, or OMP_NUM_THREADS when that is set to a positive number, as OpenMP programs take it;
+// more than the machine's hardware threads: that many, with a warning on stderr; n < 0:
 // Error{Input}) and returns the number now in use there. OpenMP keeps this per thread: a worker thread
 // (the Studio's) must call it itself, or it runs with whatever its runtime defaults to.
 int set_compute_threads(int n);
