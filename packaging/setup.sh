@@ -12,9 +12,14 @@
 #                                 package trimkv 0.1.5 (PyPI), for tests/oracle/authors_gates_fixtures.py;
 #                                 it pins transformers 4.57.1, so it gets its own, and borrows the
 #                                 oracle environment's torch as --kvpress does
+#   packaging/setup.sh --tsan-qt  also Qt's own libraries (Core, Gui, Widgets, Test, OpenGL, the
+#                                 offscreen platform) built with -fsanitize=thread from the source
+#                                 of the installed Qt (Debian's archive), for tests/sanitize.sh
+#                                 tsan: about half an hour on 2 cores, once
 # Environment: TRIMKV_VENV (default ~/.cache/trimkv/venv-oracle) for the --oracle environment,
 # TRIMKV_KVPRESS_VENV (default ~/.cache/trimkv/venv-kvpress) for the --kvpress one,
-# TRIMKV_AUTHORS_VENV (default ~/.cache/trimkv/venv-authors) for the --authors one.
+# TRIMKV_AUTHORS_VENV (default ~/.cache/trimkv/venv-authors) for the --authors one,
+# TRIMKV_TSAN_QT (default ~/.cache/trimkv/qt-tsan) for the --tsan-qt build.
 set -euo pipefail
 
 PACKAGES=(
@@ -34,15 +39,22 @@ PACKAGES=(
 want_oracle=0
 want_kvpress=0
 want_authors=0
+want_tsan_qt=0
 for arg in "$@"; do
   case "$arg" in
     --oracle) want_oracle=1 ;;
     --kvpress) want_oracle=1; want_kvpress=1 ;;
     --authors) want_oracle=1; want_authors=1 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --tsan-qt) want_tsan_qt=1 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg'" >&2; exit 2 ;;
   esac
 done
+
+# What Qt's own build needs beyond the GUI's packages (--tsan-qt).
+[ "$want_tsan_qt" = 0 ] || PACKAGES+=(curl xz-utils libharfbuzz-dev libdouble-conversion-dev libb2-dev libzstd-dev
+                                      libjpeg-dev libmd4c-dev libmd4c-html0-dev libfreetype-dev libpng-dev
+                                      libicu-dev libfontconfig-dev libegl-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -102,4 +114,29 @@ if [ "$want_authors" = 1 ]; then
   side_env "TrimKV authors'" "${TRIMKV_AUTHORS_VENV:-$HOME/.cache/trimkv/venv-authors}" \
     "import importlib.metadata as m, transformers, torch, einops; assert m.version('trimkv') == '0.1.5'" \
     "trimkv==0.1.5" "transformers==4.57.1"
+fi
+
+if [ "$want_tsan_qt" = 1 ]; then
+  # The installed Qt's own source, so that the instrumented libraries can stand in for Debian's at
+  # run time (LD_LIBRARY_PATH): the same version, the same ABI; Charts and Svg stay Debian's.
+  qt_dir="${TRIMKV_TSAN_QT:-$HOME/.cache/trimkv/qt-tsan}"
+  qt_version="$(dpkg-query -W -f='${Version}' libqt6core6)"  # e.g. 6.4.2+dfsg-10
+  upstream="${qt_version%-*}"
+  if [ ! -e "$qt_dir/build/lib/libQt6Core.so.6" ] || [ "$(cat "$qt_dir/version" 2>/dev/null)" != "$qt_version" ]; then
+    echo "setup: building Qt $upstream with ThreadSanitizer in $qt_dir (about half an hour on 2 cores)"
+    rm -rf "$qt_dir"
+    mkdir -p "$qt_dir"
+    curl -sSfL -o "$qt_dir/src.tar.xz" "http://deb.debian.org/debian/pool/main/q/qt6-base/qt6-base_${upstream}.orig.tar.xz"
+    tar -xf "$qt_dir/src.tar.xz" -C "$qt_dir"
+    src="$(find "$qt_dir" -maxdepth 1 -type d -name 'qtbase-everywhere-src-*' | head -1)"
+    cmake -S "$src" -B "$qt_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g1 -DCMAKE_CXX_FLAGS=-g1 \
+      -DFEATURE_sanitize_thread=ON -DQT_BUILD_EXAMPLES=OFF -DQT_BUILD_TESTS=OFF -DFEATURE_dbus=OFF \
+      -DFEATURE_xcb=OFF -DFEATURE_vulkan=OFF -DFEATURE_sql=OFF -DFEATURE_glib=OFF \
+      -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache > "$qt_dir/configure.log"
+    cmake --build "$qt_dir/build" -j"$(nproc)" --target Core Gui Widgets Test OpenGL OpenGLWidgets \
+      QOffscreenIntegrationPlugin > "$qt_dir/build.log"
+    rm -f "$qt_dir/src.tar.xz"
+    echo "$qt_version" > "$qt_dir/version"
+  fi
+  echo "setup: Qt with ThreadSanitizer ready: $qt_dir/build/lib"
 fi

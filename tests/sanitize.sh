@@ -4,7 +4,10 @@
 #   tests/sanitize.sh [asan|tsan] [CTEST ARGS...]
 # asan (default): every suite, GUI tests offscreen included; any ASan or UBSan report fails the
 # test that triggered it (halt_on_error). tsan: the Studio's worker tests (test_gui), where the
-# threads are. Exit status: ctest's.
+# threads are, against Qt's own libraries built with ThreadSanitizer (setup.sh --tsan-qt; TSan
+# cannot see the locks of an uninstrumented Qt), one compute thread (OMP_NUM_THREADS=1: GCC's
+# libgomp is not instrumented either, so OpenMP teams are not judged; tests/tsan.supp). Every
+# report fails the test (halt_on_error). Exit status: ctest's.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 kind="${1:-asan}"
@@ -15,13 +18,19 @@ case "$kind" in
   tsan) sanitize="thread"; build="$root/build-tsan"; filter=(-R '^test_gui$') ;;
   *) echo "usage: tests/sanitize.sh [asan|tsan] [CTEST ARGS...]" >&2; exit 2 ;;
 esac
-"$root/packaging/setup.sh" >/dev/null
+if [ "$kind" = tsan ]; then
+  "$root/packaging/setup.sh" --tsan-qt
+  qt="${TRIMKV_TSAN_QT:-$HOME/.cache/trimkv/qt-tsan}/build"
+  export LD_LIBRARY_PATH="$qt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" QT_PLUGIN_PATH="$qt/plugins" OMP_NUM_THREADS=1
+else
+  "$root/packaging/setup.sh" >/dev/null
+fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRIMKV_SANITIZE="$sanitize" \
   -DTRIMKV_WITH_CUDA=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)"
 # LibTorch's own allocations at exit are not ours to fix: leak checking off; everything else halts.
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
 cd "$build"
 ctest --output-on-failure --timeout 3000 "${filter[@]}" "$@"

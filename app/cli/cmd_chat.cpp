@@ -157,7 +157,10 @@ int cmd_chat(int argc, char** argv, int first) {
     } catch (const UsageError& e) {
       std::cout << "error: " << e.what() << "\n";
     } catch (const Error& e) {
-      std::cout << "error (" << error_kind_name(e.kind()) << "): " << e.what() << "\n";
+      if (e.kind() == ErrorKind::Cancelled)  // Ctrl-C before the answer began: the turn is dropped
+        std::cout << "[stopped before the answer began; the message was not kept]\n";
+      else
+        std::cout << "error (" << error_kind_name(e.kind()) << "): " << e.what() << "\n";
     }
   }
   std::signal(SIGINT, SIG_DFL);
