@@ -21,7 +21,11 @@ esac
 if [ "$kind" = tsan ]; then
   "$root/packaging/setup.sh" --tsan-qt
   qt="${TRIMKV_TSAN_QT:-$HOME/.cache/trimkv/qt-tsan}/build"
-  export LD_LIBRARY_PATH="$qt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" QT_PLUGIN_PATH="$qt/plugins" OMP_NUM_THREADS=1
+  # Debian's plugins after ours (image formats, icon engines); QProcess's vfork-style children
+  # look like a multi-threaded fork to TSan (die_after_fork=0); QTest's 5-minute limit per
+  # function is too short for the slowed model.
+  export LD_LIBRARY_PATH="$qt/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" OMP_NUM_THREADS=1 \
+    QT_PLUGIN_PATH="$qt/plugins:/usr/lib/x86_64-linux-gnu/qt6/plugins" QTEST_FUNCTION_TIMEOUT=3600000
 else
   "$root/packaging/setup.sh" >/dev/null
 fi
@@ -31,6 +35,6 @@ cmake --build "$build" -j"$(nproc)"
 # LibTorch's own allocations at exit are not ours to fix: leak checking off; everything else halts.
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
+export TSAN_OPTIONS="halt_on_error=1:die_after_fork=0:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp"
 cd "$build"
 ctest --output-on-failure --timeout 3000 "${filter[@]}" "$@"
