@@ -109,7 +109,6 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_worker->moveToThread(&m_thread);
   connect(&m_thread, &QThread::finished, m_worker, &QObject::deleteLater);
   m_thread.setObjectName(QStringLiteral("SessionWorker"));
-  m_thread.start();
 
   buildMenus();
   buildToolbar();
@@ -121,6 +120,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   buildTour();
   explainTerms();
   updateButtons();
+  // The workers' threads start once every connection to them is made: connecting to an object
+  // whose thread already runs races with its signal emission (ThreadSanitizer showed it).
+  m_thread.start();
+  m_analysisThread.start();
 }
 
 MainWindow::~MainWindow() {
@@ -1524,7 +1527,6 @@ void MainWindow::buildAnalysis() {
   m_analysis->moveToThread(&m_analysisThread);
   connect(&m_analysisThread, &QThread::finished, m_analysis, &QObject::deleteLater);
   m_analysisThread.setObjectName(QStringLiteral("AnalysisWorker"));
-  m_analysisThread.start();
 
   m_compare = new CompareWindow(this);
   m_evaluate = new EvaluateWindow(this);
