@@ -119,6 +119,8 @@ fi
 if [ "$want_tsan_qt" = 1 ]; then
   # The installed Qt's own source, so that the instrumented libraries can stand in for Debian's at
   # run time (LD_LIBRARY_PATH): the same version, the same ABI; Charts and Svg stay Debian's.
+  # forkfd_pidfd off: QProcess then forks instead of vfork-ing, whose child (sharing the parent's
+  # memory until exec) TSan takes for the parent's main thread, reporting races that are not.
   qt_dir="${TRIMKV_TSAN_QT:-$HOME/.cache/trimkv/qt-tsan}"
   qt_version="$(dpkg-query -W -f='${Version}' libqt6core6)"  # e.g. 6.4.2+dfsg-10
   upstream="${qt_version%-*}"
@@ -131,7 +133,7 @@ if [ "$want_tsan_qt" = 1 ]; then
     src="$(find "$qt_dir" -maxdepth 1 -type d -name 'qtbase-everywhere-src-*' | head -1)"
     cmake -S "$src" -B "$qt_dir/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_FLAGS=-g1 -DCMAKE_CXX_FLAGS=-g1 \
       -DFEATURE_sanitize_thread=ON -DQT_BUILD_EXAMPLES=OFF -DQT_BUILD_TESTS=OFF -DFEATURE_dbus=OFF \
-      -DFEATURE_xcb=OFF -DFEATURE_vulkan=OFF -DFEATURE_sql=OFF -DFEATURE_glib=OFF \
+      -DFEATURE_xcb=OFF -DFEATURE_vulkan=OFF -DFEATURE_sql=OFF -DFEATURE_glib=OFF -DFEATURE_forkfd_pidfd=OFF \
       -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache > "$qt_dir/configure.log"
     cmake --build "$qt_dir/build" -j"$(nproc)" --target Core Gui Widgets Test OpenGL OpenGLWidgets \
       QOffscreenIntegrationPlugin > "$qt_dir/build.log"
