@@ -79,6 +79,9 @@ constexpr int kSlowdown = 1;
 #endif
 constexpr int kLoadTimeoutMs = 120'000 * kSlowdown;
 constexpr int kTurnTimeoutMs = 120'000 * kSlowdown;
+// Issue 21's bound on how soon a stop returns control: the normal build's claim. Under TSan a
+// layer of a long prefill alone takes seconds; there only the stop itself is checked.
+constexpr qint64 kStopBoundMs = kSlowdown == 1 ? 200 : 60'000;
 const QString kImage = QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/images/a.png");
 const QString kNotAnImage = QStringLiteral(TRIMKV_TEST_DATA_DIR "/vlm/images/not_an_image.png");
 // A picture of the independent test set (tests/data/independent-shapes: Pillow, JPEG, 273 px, six
@@ -1183,7 +1186,7 @@ class MainWindowTest : public QObject {
     }
     QVERIFY2(ms >= 0, "every turn ended before the stop landed");
     qInfo("stop took %lld ms", static_cast<long long>(ms));
-    QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
+    QVERIFY2(ms < kStopBoundMs, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
     QVERIFY(m_window->sendButton()->isEnabled());
     QVERIFY(!m_window->stopButton()->isEnabled());
   }
@@ -1257,7 +1260,7 @@ class MainWindowTest : public QObject {
     const qint64 ms = stopAPrefill(w, [&] { w.sendTurn(kLongPrompt, {}); }, &failure);
     QVERIFY(ms >= 0);
     QCOMPARE(failure, QStringLiteral("Stopped before the answer started."));
-    QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
+    QVERIFY2(ms < kStopBoundMs, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
     QCOMPARE(w.conversation()->messageCount(), 0);  // the conversation is as before the message
     QTRY_VERIFY(w.sendButton()->isEnabled());
   }
@@ -1278,13 +1281,13 @@ class MainWindowTest : public QObject {
     QVERIFY(finished.wait(kTurnTimeoutMs));
     const qint64 ms = stopAPrefill(w, [&] { w.sendTurn(longTurn, {}); });
     QVERIFY(ms >= 0);
-    QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop in a later turn took %1 ms").arg(ms)));
+    QVERIFY2(ms < kStopBoundMs, qPrintable(QStringLiteral("stop in a later turn took %1 ms").arg(ms)));
     QCOMPARE(w.conversation()->messageCount(), 2);
     QTRY_VERIFY(w.sendButton()->isEnabled());
 
     const qint64 replayMs = stopAPrefill(w, [&] { w.replayAction()->trigger(); });
     QVERIFY(replayMs >= 0);
-    QVERIFY2(replayMs < 200, qPrintable(QStringLiteral("stop in a replay took %1 ms").arg(replayMs)));
+    QVERIFY2(replayMs < kStopBoundMs, qPrintable(QStringLiteral("stop in a replay took %1 ms").arg(replayMs)));
     QCOMPARE(w.conversation()->messageCount(), 2);
     QTRY_VERIFY(w.sendButton()->isEnabled());
 
@@ -1334,7 +1337,7 @@ class MainWindowTest : public QObject {
     QVERIFY(stopped.wait(kLoadTimeoutMs));
     const qint64 ms = clock.elapsed();
     qInfo("the load stopped %lld ms after Stop", static_cast<long long>(ms));
-    QVERIFY2(ms < 200, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
+    QVERIFY2(ms < kStopBoundMs, qPrintable(QStringLiteral("stop took %1 ms").arg(ms)));
     QVERIFY(loaded.isEmpty());
     QCOMPARE(w.model().dir, QStringLiteral(TRIMKV_DEMO_MODEL_DIR));  // the model in use stays
     QTRY_VERIFY(!w.stopButton()->isEnabled());
@@ -1509,7 +1512,7 @@ class MainWindowTest : public QObject {
     const qint64 compareStopMs = clock.elapsed();
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
     qInfo("the comparison stopped %lld ms after Cancel", static_cast<long long>(compareStopMs));
-    QVERIFY2(compareStopMs < 200, qPrintable(QString::number(compareStopMs)));
+    QVERIFY2(compareStopMs < kStopBoundMs, qPrintable(QString::number(compareStopMs)));
     QVERIFY(!cw->isRunning());
     QVERIFY(cw->runButton()->isEnabled());
     params.max_new_tokens = 12;
@@ -1657,7 +1660,7 @@ class MainWindowTest : public QObject {
     const qint64 evalStopMs = clock.elapsed();
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
     qInfo("the evaluation stopped %lld ms after Cancel", static_cast<long long>(evalStopMs));
-    QVERIFY2(evalStopMs < 200, qPrintable(QString::number(evalStopMs)));
+    QVERIFY2(evalStopMs < kStopBoundMs, qPrintable(QString::number(evalStopMs)));
     QVERIFY(!ev->isRunning());
     QVERIFY(ev->runButton()->isEnabled());
     QCOMPARE(ev->table()->rowCount(), 5);  // the finished rows stay

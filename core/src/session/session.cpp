@@ -67,9 +67,9 @@ void Session::catch_up(const std::atomic<bool>* cancel) {
 }
 
 void Session::drop_unkept() {
-  const size_t kept = m_conv.ids.size();  // a stop inside a chunk registered it in the cache only
-  if (static_cast<size_t>(m_runner->n_tokens()) != kept || static_cast<size_t>(m_cache.bookkeeping().n_tokens()) != kept)
-    invalidate_cache();
+  // A stop inside a chunk leaves the chunk registered in the cache, not counted by the runner.
+  const auto kept = static_cast<int64_t>(m_conv.ids.size());
+  if (m_runner->n_tokens() != kept || m_cache.bookkeeping().n_tokens() != kept) invalidate_cache();
 }
 
 void Session::invalidate_cache() {
