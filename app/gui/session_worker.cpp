@@ -228,9 +228,13 @@ bool SessionWorker::beginRequest() {
     Q_EMIT turnFailed(tr("No model is loaded."));
     return false;
   }
+  armRequest();
+  return true;
+}
+
+void SessionWorker::armRequest() {
   m_cancel.store(false);  // a stop from before this request does not apply to it
   m_frameBefore = m_lastFrame;
-  return true;
 }
 
 void SessionWorker::regenerate() {
@@ -351,8 +355,7 @@ void SessionWorker::loadConversation(const QString& path) {
     return;
   }
   const Checkpoint before = m_engine->checkpoint();
-  m_cancel.store(false);
-  m_frameBefore = m_lastFrame;
+  armRequest();
   try {
     replay(messages);  // images re-encoded, answers as given, under the current settings
   } catch (const std::exception& e) {

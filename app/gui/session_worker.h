@@ -122,8 +122,10 @@ class SessionWorker : public QObject {
  private:
   using Checkpoint = std::shared_ptr<const trimkv::vision::ConversationCheckpoint>;
   // The start of every conversation request: false (turnFailed emitted) when no model is loaded;
-  // otherwise clears a stop left from before and keeps the frame shown (m_frameBefore).
+  // otherwise armRequest().
   bool beginRequest();
+  // Clears a stop left from before and keeps the frame shown (m_frameBefore).
+  void armRequest();
   // Builds and emits a frame of the engine's current state (the worker thread only). While the
   // engine's cache is still to be rebuilt after a restore, m_frameBefore is shown again instead:
   // the conversation is what it was when that frame was taken.

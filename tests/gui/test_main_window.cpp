@@ -174,16 +174,7 @@ class MainWindowTest : public QObject {
     QSettings::setPath(QSettings::IniFormat, QSettings::UserScope, m_settingsDir.path());
     m_window = std::make_unique<MainWindow>();
     m_window->restoreSettings();  // persistence on (into m_settingsDir): recent models are recorded
-    m_window->resize(1200, 800);
-    m_window->show();
-    QSignalSpy loaded(m_window.get(), &MainWindow::modelLoaded);
-    QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
-    m_window->openModel(dir);
-    QVERIFY(loaded.wait(kLoadTimeoutMs));
-    // The model's default policy follows the load.
-    QTRY_VERIFY_WITH_TIMEOUT(!applied.isEmpty() &&
-                                 applied.last().at(0).value<trimkv::EvictionSettings>().policy != "full",
-                             10000);
+    QVERIFY(openWithItsPolicy(*m_window, dir));
     // Fixed-length answers: the random fixture may emit EOS at any point.
     trimkv::GenerationParams params;
     params.max_new_tokens = 48;
@@ -1201,20 +1192,25 @@ class MainWindowTest : public QObject {
            applied.last().at(0).value<trimkv::EvictionSettings>().policy == name.toStdString();
   }
 
-  // A window on the built-in demo model with one thread, so that a 12,000-token prefill takes
-  // seconds.
-  static bool openDemoOnOneThread(MainWindow& w) {
+  // Shows `w` and opens `dir` in it; true once loaded and the model's default policy (its
+  // gates', or h2o) applied after the load.
+  static bool openWithItsPolicy(MainWindow& w, const QString& dir) {
     w.resize(1200, 800);
     w.show();
-    w.setThreads(1);
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
     QSignalSpy applied(&w, &MainWindow::evictionApplied);
-    w.openModel(QStringLiteral(TRIMKV_DEMO_MODEL_DIR));
-    // Loaded, and the model's default policy (its gates') applied after it.
+    w.openModel(dir);
     return loaded.wait(kLoadTimeoutMs) &&
            QTest::qWaitFor([&] {
              return !applied.isEmpty() && applied.last().at(0).value<trimkv::EvictionSettings>().policy != "full";
            }, 10000);
+  }
+
+  // A window on the built-in demo model with one thread, so that a 12,000-token prefill takes
+  // seconds.
+  static bool openDemoOnOneThread(MainWindow& w) {
+    w.setThreads(1);
+    return openWithItsPolicy(w, QStringLiteral(TRIMKV_DEMO_MODEL_DIR));
   }
 
   // Starts a request (`start`) that prefills for seconds, clicks Stop 300 ms in and returns the

@@ -79,13 +79,13 @@ void Session::invalidate_cache() {
 
 Session::Checkpoint Session::checkpoint() const {
   Checkpoint c;
-  c.m_state = std::make_shared<const Checkpoint::State>(Checkpoint::State{m_conv});
+  c.m_conv = std::make_shared<const Conversation>(m_conv);
   return c;
 }
 
 void Session::restore(const Checkpoint& c) {
-  TRIMKV_CHECK(c.m_state, Input, "an empty checkpoint: take one with checkpoint()");
-  m_conv = c.m_state->conv;
+  TRIMKV_CHECK(c.m_conv, Input, "an empty checkpoint: take one with checkpoint()");
+  m_conv = *c.m_conv;
   invalidate_cache();  // whatever the cache holds now, it is rebuilt from the restored segments
 }
 

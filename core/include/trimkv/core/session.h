@@ -159,6 +159,10 @@ class Session {
   // The evictor in use (null when none).
   const Evictor* evictor() const { return m_evictor; }
 
+ private:
+  struct Conversation;  // defined below
+
+ public:
   // The conversation as it stands (segments, token stream, images, transcript, pending answer),
   // without the cache. restore() puts it back at once and leaves the cache to be rebuilt from it
   // (catch_up): a request that failed or was stopped after several turns is undone without
@@ -166,8 +170,7 @@ class Session {
   class Checkpoint {
    private:
     friend class Session;
-    struct State;
-    std::shared_ptr<const State> m_state;
+    std::shared_ptr<const Conversation> m_conv;
   };
   Checkpoint checkpoint() const;
   void restore(const Checkpoint& c);
@@ -245,10 +248,6 @@ class Session {
   Conversation m_conv;
   bool m_stale = false;  // the cache is not m_conv's: catch_up() rebuilds it
   std::string m_system_prompt;
-};
-
-struct Session::Checkpoint::State {
-  Session::Conversation conv;
 };
 
 }  // namespace trimkv
