@@ -23,6 +23,9 @@
 #include "trimkv/core/eviction_settings.h"
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/world_eval.h"
+#ifdef TRIMKV_QT_CHARTS
+#include "budget_chart.h"
+#endif
 
 namespace trimkv::cli {
 namespace {
@@ -223,12 +226,13 @@ void write_markdown(const std::string& path, const std::vector<Row>& rows,
 }
 
 // sweep.png: one line per policy (budget entries, accuracy; or perplexity when the data holds
-// only scoring turns), the full cache as reference.
+// only scoring turns), the full cache as reference; drawn by the Studio's charting code when the
+// build has Qt, else by the OpenCV drawing of the same layout.
 void write_plot(const std::string& path, const std::vector<Row>& rows) {
   const bool ppl = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.cells[4] == "0"; }) &&
                    std::any_of(rows.begin(), rows.end(), [](const Row& r) { return !r.cells[11].empty(); });
   const size_t column = ppl ? 11 : 3;
-  double full_value = 0, full_entries = 0;
+  double full_value = std::nan(""), full_entries = 0;  // NaN: no full-cache row
   std::vector<vision::world::PlotSeries> series;
   for (const Row& r : rows) {
     if (r.cells[column].empty()) continue;
@@ -243,7 +247,12 @@ void write_plot(const std::string& path, const std::vector<Row>& rows) {
   }
   vision::world::PlotStyle style;
   if (ppl) style = {"perplexity (lower is better)", false};
+#ifdef TRIMKV_QT_CHARTS
+  const QByteArray png = budget_chart::png(series, full_value, full_entries, style);
+  write_file_atomic(path, std::string_view(png.constData(), static_cast<size_t>(png.size())));
+#else
   vision::world::write_accuracy_plot(path, series, full_value, full_entries, style);
+#endif
 }
 
 }  // namespace

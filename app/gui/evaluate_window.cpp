@@ -15,24 +15,15 @@
 #include <QVBoxLayout>
 #include <QtCharts/QChart>
 #include <QtCharts/QChartView>
-#include <QtCharts/QLineSeries>
-#include <QtCharts/QLogValueAxis>
-#include <QtCharts/QValueAxis>
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "atomic_file.h"
+#include "budget_chart.h"
 #include "figure_export.h"
-#include "modality_palette.h"
 
 namespace {
-
-// Line colours of the policies, in the order they first appear (the full cache is grey, dashed).
-QColor seriesColor(int k) {
-  static const QColor colors[] = {QColor(0x25, 0x63, 0xeb), QColor(0xdc, 0x26, 0x26), QColor(0x05, 0x96, 0x69),
-                                  QColor(0x93, 0x33, 0xea), QColor(0xea, 0x58, 0x0c), QColor(0x0e, 0x74, 0x90)};
-  return colors[k % 6];
-}
 
 bool cellLess(const EvalCell& a, const EvalCell& b) {
   const bool fa = a.policy == QLatin1String("full"), fb = b.policy == QLatin1String("full");
@@ -110,10 +101,9 @@ EvaluateWindow::EvaluateWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
   auto* split = new QSplitter(Qt::Horizontal, this);
   auto* chart = new QChart;
   chart->setTitle(tr("Accuracy against KV budget"));
-  chart->legend()->setAlignment(Qt::AlignBottom);
   m_chartView = new QChartView(chart, split);
   m_chartView->setRenderHint(QPainter::Antialiasing);
-  m_chartView->setMinimumSize(420, 300);
+  m_chartView->setMinimumSize(560, 360);
   m_table = new QTableWidget(0, 8, split);
   m_table->setHorizontalHeaderLabels({tr("policy"), tr("M / head"), tr("M_global"), tr("accuracy"), tr("correct / n"),
                                       tr("failures"), tr("mean KV entries"), tr("seconds")});
@@ -124,6 +114,7 @@ EvaluateWindow::EvaluateWindow(QWidget* parent) : QWidget(parent, Qt::Window) {
   split->addWidget(m_table);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
+  split->setSizes({620, 480});
   layout->addWidget(split, 1);
 
   connect(m_run, &QPushButton::clicked, this, &EvaluateWindow::start);
@@ -260,60 +251,22 @@ void EvaluateWindow::rebuildTable() {
 }
 
 void EvaluateWindow::rebuildChart() {
-  QChart* chart = m_chartView->chart();
-  chart->removeAllSeries();
-  for (QAbstractAxis* a : chart->axes()) {
-    chart->removeAxis(a);
-    delete a;
-  }
-  // Budgets usually double from one to the next: a base-2 log axis spaces them evenly.
-  auto* x = new QLogValueAxis;
-  x->setBase(2);
-  x->setTitleText(tr("budget M per KV head (log scale)"));
-  x->setLabelFormat(QStringLiteral("%g"));
-  auto* y = new QValueAxis;
-  y->setTitleText(tr("accuracy"));
-  y->setRange(0, 1);
-  y->setTickCount(6);
-  y->setLabelFormat(QStringLiteral("%.1f"));
-  chart->addAxis(x, Qt::AlignBottom);
-  chart->addAxis(y, Qt::AlignLeft);
-  qint64 least = 0, most = 0;
-  for (const EvalCell& c : m_cells)
-    if (c.budgetPerHead > 0) {
-      least = least == 0 ? c.budgetPerHead : std::min(least, c.budgetPerHead);
-      most = std::max(most, c.budgetPerHead);
-    }
-  if (most == 0) least = most = 16;  // only the reference yet
-  const double xMin = static_cast<double>(least) / 2, xMax = static_cast<double>(most) * 2;
-  x->setRange(xMin, xMax);
-
-  std::map<QString, QLineSeries*> lines;
-  int k = 0;
+  // The figure eval-sweep writes (app/charts): accuracy against the budget as % of the full cache's
+  // peak, the global entries along the top.
+  std::vector<budget_chart::Series> series;
+  double fullValue = std::nan(""), fullEntries = 0;
   for (const EvalCell& c : m_cells) {
     if (c.policy == QLatin1String("full")) {
-      auto* ref = new QLineSeries;
-      ref->setName(tr("full cache (%1%)").arg(100.0 * c.accuracy, 0, 'f', 1));
-      ref->setPen(QPen(ModalityPalette::special(), 2, Qt::DashLine));
-      ref->append(xMin, c.accuracy);
-      ref->append(xMax, c.accuracy);
-      chart->addSeries(ref);
-      ref->attachAxis(x);
-      ref->attachAxis(y);
+      fullValue = c.accuracy;
+      fullEntries = static_cast<double>(c.maxKvEntries);
       continue;
     }
-    QLineSeries*& line = lines[c.policy];
-    if (!line) {
-      line = new QLineSeries;
-      line->setName(c.policy);
-      line->setPen(QPen(seriesColor(k++), 2));
-      line->setPointsVisible(true);
-      chart->addSeries(line);
-      line->attachAxis(x);
-      line->attachAxis(y);
-    }
-    line->append(static_cast<double>(c.budgetPerHead), c.accuracy);
+    const std::string name = c.policy.toStdString();
+    auto it = std::find_if(series.begin(), series.end(), [&](const budget_chart::Series& s) { return s.name == name; });
+    if (it == series.end()) it = series.insert(series.end(), {name, {}});
+    it->points.emplace_back(static_cast<double>(c.budgetGlobal), c.accuracy);
   }
+  budget_chart::draw(m_chartView->chart(), series, fullValue, fullEntries);
 }
 
 QByteArray EvaluateWindow::csv() const {

@@ -40,9 +40,12 @@
 #include <QTableWidget>
 #include <QtCharts/QChart>
 #include <QtCharts/QChartView>
+#include <QtCharts/QCategoryAxis>
 #include <QtCharts/QLineSeries>
+#include <QtCharts/QValueAxis>
 
 #include "analysis_worker.h"
+#include "budget_chart.h"
 #include "random_llama.h"
 #include "budget_control.h"
 #include "compare_window.h"
@@ -1522,6 +1525,56 @@ class MainWindowTest : public QObject {
     QVERIFY(!cw->isRunning());
   }
 
+  // The figure that eval-sweep writes and the evaluation window shows (app/charts): round ticks
+  // (1-2-5 per decade) in % of the full cache's peak along the bottom and the same ticks in
+  // entries along the top, the legend ordered by the value at the smallest budget, the learned
+  // policy thicker, the full cache dashed; without a full cache, entries along the bottom.
+  void theBudgetChartHasRoundTicksBothUnitsAndAPaperPng() {
+    const std::vector<budget_chart::Series> series = {
+        {"h2o", {{1772, 0.80}, {354, 0.72}, {886, 0.79}}},
+        {"dbtrimkv", {{354, 0.73}, {886, 0.79}, {1772, 0.80}}},
+    };
+    auto labelsOf = [](QChart& chart, Qt::Alignment side) {
+      for (QAbstractAxis* a : chart.axes(Qt::Horizontal))
+        if (a->alignment() == side) return qobject_cast<QCategoryAxis*>(a)->categoriesLabels();
+      return QStringList();
+    };
+    QChart chart;
+    budget_chart::draw(&chart, series, 0.798, 3544);
+    QCOMPARE(labelsOf(chart, Qt::AlignBottom), (QStringList{"10%", "20%", "50%", "100%"}));
+    QCOMPARE(labelsOf(chart, Qt::AlignTop), (QStringList{"354", "709", "1.8K", "3.5K"}));
+    const QList<QAbstractSeries*> lines = chart.series();
+    QCOMPARE(lines.size(), 4);  // full cache, the two policies best first, the top axis' holder
+    QCOMPARE(lines[0]->name(), QStringLiteral("full cache (79.8%)"));
+    QCOMPARE(qobject_cast<QLineSeries*>(lines[0])->pen().style(), Qt::DashLine);
+    QCOMPARE(lines[1]->name(), QStringLiteral("dbtrimkv"));
+    QCOMPARE(qobject_cast<QLineSeries*>(lines[1])->pen().width(), 4);
+    QCOMPARE(lines[2]->name(), QStringLiteral("h2o"));
+    QCOMPARE(qobject_cast<QLineSeries*>(lines[2])->pen().width(), 2);
+    QCOMPARE(qobject_cast<QLineSeries*>(lines[2])->at(0), QPointF(std::log10(100.0 * 354 / 3544), 72.0));  // sorted
+    auto* y = qobject_cast<QValueAxis*>(chart.axes(Qt::Vertical).at(0));
+    QCOMPARE(y->min(), 60.0);
+    QVERIFY(std::abs(y->max() - 100.0) < 1e-6);
+
+    QChart noFull;
+    budget_chart::draw(&noFull, series, std::nan(""), 0);
+    QCOMPARE(noFull.series().size(), 2);
+    QCOMPARE(labelsOf(noFull, Qt::AlignBottom), (QStringList{"500", "1K", "1.5K"}));
+
+    const QImage png = QImage::fromData(budget_chart::png(series, 0.798, 3544));
+    QCOMPARE(png.size(), QSize(960, 620));
+    int red = 0, blue = 0;  // the series' own colours: h2o (series 0) red, dbtrimkv (1) blue
+    for (int r = 0; r < png.height(); ++r)
+      for (int c = 0; c < png.width(); ++c) {
+        const QColor p = png.pixelColor(c, r);
+        red += p == QColor(214, 39, 40);
+        blue += p == QColor(31, 119, 180);
+      }
+    QVERIFY2(red > 200 && blue > 100, qPrintable(QStringLiteral("red %1 blue %2").arg(red).arg(blue)));
+    const QString shots = qEnvironmentVariable("TRIMKV_GUI_SHOTS");
+    if (!shots.isEmpty()) png.save(QDir(shots).filePath(QStringLiteral("budget-chart.png")));
+  }
+
   void theMiniEvaluationTablesAndPlotsAccuracyAgainstBudgetAndCancels() {
     m_window->evaluateAction()->trigger();
     EvaluateWindow* ev = m_window->evaluateWindow();
@@ -1607,17 +1660,23 @@ class MainWindowTest : public QObject {
       QCOMPARE(out.value("kv_mean_entries").toDouble(), cells[i].meanKvEntries);
     }
 
-    // The plot: the full cache's dashed reference and one line per policy through its budgets.
+    // The plot (eval-sweep's figure, app/charts): the full cache's dashed reference and one line
+    // per policy through its budgets, x = log10 of the budget as % of the full cache's peak, y in %;
+    // the last series only holds the entries axis along the top.
     const QList<QAbstractSeries*> series = ev->chart()->series();
-    QCOMPARE(series.size(), 3);
-    QCOMPARE(series[2]->name(), QStringLiteral("streamingllm"));
+    QCOMPARE(series.size(), 4);
     auto* ref = qobject_cast<QLineSeries*>(series[0]);
-    auto* line = qobject_cast<QLineSeries*>(series[1]);
-    QVERIFY(ref && line);
+    QVERIFY(ref);
     QCOMPARE(ref->pen().style(), Qt::DashLine);
-    QCOMPARE(line->name(), QStringLiteral("h2o"));
+    QVERIFY(ref->name().startsWith(QStringLiteral("full cache")));
+    QLineSeries* line = nullptr;
+    for (QAbstractSeries* s : series)
+      if (s->name() == QLatin1String("h2o")) line = qobject_cast<QLineSeries*>(s);
+    QVERIFY(line);
     QCOMPARE(line->count(), 2);
-    QCOMPARE(line->at(0), QPointF(8, cells[1].accuracy));
+    const double percent = 100.0 * static_cast<double>(cells[1].budgetGlobal) / static_cast<double>(cells[0].maxKvEntries);
+    QCOMPARE(line->at(0), QPointF(std::log10(percent), 100.0 * cells[1].accuracy));
+    QCOMPARE(qobject_cast<QLineSeries*>(series[3])->count(), 0);
 
     // Exports: CSV with a header and one line per row; PNG that decodes.
     QTemporaryDir dir;

@@ -3,6 +3,8 @@
 // back the needed image is: the part that eviction policies are compared on). Plain C++: the
 // runner that drives a model (`trimkv eval`) sits on top.
 #pragma once
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -119,8 +121,8 @@ std::string summary_json(const EvalSummary& summary);
 std::string record_json(const EvalRecord& record);
 
 // A metric vs KV budget (eval-sweep): one line per policy through its (budget entries, value)
-// points, each labelled at its end; the full cache as a dashed horizontal reference at
-// `full_value` with its point at 100%. With `full_entries` (the full cache's peak) > 0 the x axis
+// points, named in a legend beside the plot; the full cache as a dashed horizontal reference at
+// `full_value` (NaN: none) with its point at 100%. With `full_entries` (the full cache's peak) > 0 the x axis
 // is the budget in % of it (log scale when the budgets span 4x or more, ticks 1-2-5 per decade)
 // with the same ticks in entries along the top; else entries. Written as an RGB PNG. Error{Io}.
 struct PlotSeries {
@@ -133,6 +135,29 @@ struct PlotStyle {
 };
 void write_accuracy_plot(const std::string& path, const std::vector<PlotSeries>& series, double full_value,
                          double full_entries, const PlotStyle& style = {});
+// The figure's layout, shared by this OpenCV drawing and the Qt Charts one (app/charts): the x
+// axis (percent of `full_entries` when > 0, else entries; log when the budgets span 4x or more),
+// its round ticks, the y range and ticks, and the legend's order (by the value at each series'
+// smallest budget, best first: where the policies differ most).
+struct PlotLayout {
+  bool percent = false, log_x = false;
+  double full_entries = 0;
+  double x_lo = 0, x_hi = 1, y_lo = 0, y_hi = 1;
+  std::vector<double> x_ticks, y_ticks;  // in axis units (% or entries; the value)
+  std::vector<size_t> legend;            // indices into the series that have points
+  double x_of(double entries) const { return percent ? 100.0 * entries / full_entries : entries; }
+  double entries_of(double x) const { return percent ? x * full_entries / 100.0 : x; }
+  std::string x_title() const;    // "KV budget (% of the full cache's peak, log scale)"
+  std::string top_title() const;  // the entries axis along the top (percent only)
+};
+PlotLayout plot_layout(const std::vector<PlotSeries>& series, double full_value, double full_entries,
+                       const PlotStyle& style = {});
+// A tick label: 1K, 2.5K, 12M, 0.25, 35.
+std::string format_tick(double v);
+// Line colours (RGB) by series index; the learned global policy (dbtrimkv) is drawn thicker.
+using PlotRgb = std::array<unsigned char, 3>;
+PlotRgb plot_colour(size_t i);
+bool plot_emphasised(const std::string& name);
 // Round axis ticks: multiples of 1, 2, 2.5 or 5 x 10^k covering [lo, hi], at most max_ticks; on a
 // log axis 1, 2 and 5 x 10^k inside [lo, hi].
 std::vector<double> round_ticks(double lo, double hi, int max_ticks);
