@@ -9,6 +9,7 @@
 
 #include "test_util.h"
 #include "trimkv/core/error.h"
+#include "trimkv/vision/image.h"
 #include "trimkv/vision/world.h"
 #include "trimkv/vision/world_eval.h"
 
@@ -174,4 +175,55 @@ TEST_CASE("world eval: sweep figure ticks are round and cover the range", "[worl
   }
   CHECK(w::round_log_ticks(4.2, 110) == std::vector<double>{5, 10, 20, 50, 100});
   CHECK(w::round_log_ticks(0.9, 2.1) == std::vector<double>{1, 2});
+}
+
+// The layout both drawings of the sweep figure use (OpenCV here, Qt Charts in app/charts), and the
+// OpenCV drawing of a build without Qt.
+TEST_CASE("world eval: sweep figure layout and the OpenCV drawing", "[world][eval][plot]") {
+  const std::vector<w::PlotSeries> series = {
+      {"h2o", {{1772, 0.80}, {354, 0.72}, {886, 0.79}}},
+      {"random", {}},  // no points yet: not in the legend
+      {"dbtrimkv", {{354, 0.73}, {886, 0.79}, {1772, 0.80}}},
+  };
+  const w::PlotLayout L = w::plot_layout(series, 0.798, 3544);
+  CHECK(L.percent);
+  CHECK(L.log_x);
+  CHECK(L.x_ticks == std::vector<double>{10, 20, 50, 100});
+  CHECK(L.x_lo < L.x_of(354));
+  CHECK(L.x_hi >= 100);
+  CHECK(L.entries_of(50) == Approx(1772));
+  CHECK(L.legend == std::vector<size_t>{2, 0});  // best at the smallest budget first
+  CHECK(L.y_lo == Approx(0.6));
+  CHECK(L.y_hi == 1.0);
+  CHECK(L.y_ticks.front() == Approx(0.6));
+  CHECK(L.x_title() == "KV budget (% of the full cache's peak, log scale)");
+  CHECK(w::plot_emphasised("dbtrimkv"));
+  CHECK_FALSE(w::plot_emphasised("h2o"));
+
+  // Lower is better (perplexity): the legend puts the smallest value first; no full cache and no
+  // peak: entries, linear when the budgets span less than 4x.
+  const w::PlotLayout P = w::plot_layout({{"a", {{100, 9.0}, {200, 8.5}}}, {"b", {{100, 8.0}, {200, 8.4}}}},
+                                         std::nan(""), 0, {"perplexity", false});
+  CHECK_FALSE(P.percent);
+  CHECK_FALSE(P.log_x);
+  CHECK(P.legend == std::vector<size_t>{1, 0});
+  CHECK(P.y_lo < 8.0);
+  CHECK(P.y_hi > 9.0);
+  CHECK(P.x_title() == "KV budget (entries)");
+
+  trimkv::test::ScratchDir dir("plot");
+  w::write_accuracy_plot(dir.file("sweep.png"), series, 0.798, 3544);
+  const trimkv::vision::RgbImage img = trimkv::vision::decode_image_file(dir.file("sweep.png"));
+  CHECK(img.width == 960);
+  CHECK(img.height == 620);
+  size_t h2o = 0, dbtrimkv = 0;  // pixels in each series' own colour (series 0 and 2)
+  const w::PlotRgb r = w::plot_colour(0), b = w::plot_colour(2);
+  for (int y = 0; y < img.height; ++y)
+    for (int x = 0; x < img.width; ++x) {
+      h2o += img.at(x, y, 0) == r[0] && img.at(x, y, 1) == r[1] && img.at(x, y, 2) == r[2];
+      dbtrimkv += img.at(x, y, 0) == b[0] && img.at(x, y, 1) == b[1] && img.at(x, y, 2) == b[2];
+    }
+  CHECK(h2o > 200);
+  CHECK(dbtrimkv > 200);
+  CHECK_THROWS_AS(w::write_accuracy_plot(dir.file("no/such/folder/sweep.png"), series, 0.8, 3544), trimkv::Error);
 }
