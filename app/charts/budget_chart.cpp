@@ -118,9 +118,10 @@ void draw(QChart* chart, const std::vector<Series>& series, double full_value, d
 QByteArray png(const std::vector<Series>& series, double full_value, double full_entries, const Style& style,
                QSize size) {
   // Qt Charts draws through QGraphicsWidget, which needs a QApplication; the command line has none.
-  static int argc = 3;
-  static char arg0[] = "trimkv", arg1[] = "-platform", arg2[] = "offscreen";
-  static char* argv[] = {arg0, arg1, arg2, nullptr};
+  // Its arguments are fresh on every call (QApplication removes the ones it reads) and outlive it.
+  char arg0[] = "trimkv", arg1[] = "-platform", arg2[] = "offscreen";
+  char* argv[] = {arg0, arg1, arg2, nullptr};
+  int argc = 3;
   std::unique_ptr<QApplication> own;
   if (!QCoreApplication::instance()) own = std::make_unique<QApplication>(argc, argv);
   TRIMKV_CHECK(qobject_cast<QApplication*>(QCoreApplication::instance()) != nullptr, Internal,
