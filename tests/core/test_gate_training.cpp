@@ -11,6 +11,7 @@
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 #include "trimkv/core/gate_training.h"
+#include "trimkv/core/tensor_buffer_cache.h"
 #include "trimkv/core/text_model.h"
 #include "trimkv/core/weight_store.h"
 
@@ -384,4 +385,61 @@ TEST_CASE("Dataset: bad lines become warnings naming the line, long ones are tru
   // Nothing usable at all is an error naming the file.
   test::write_text(dir.file("bad.jsonl"), "nope\n");
   REQUIRE_THROWS_WITH(load_dataset(dir.file("bad.jsonl"), m, o), Catch::Contains("has no usable line"));
+}
+
+TEST_CASE("The tensor buffer cache reuses freed buffers and changes no number", "[training][buffers]") {
+  at::Tensor outlives;
+  {
+    const TensorBufferCache cache;
+    REQUIRE(cache.active());
+    const TensorBufferCacheStats before = TensorBufferCache::stats();
+    void* first = nullptr;
+    {
+      at::Tensor a = at::empty({1 << 20}, at::kFloat);  // 4 MiB
+      first = a.data_ptr();
+    }
+    at::Tensor b = at::empty({1 << 20}, at::kFloat);
+    CHECK(b.data_ptr() == first);  // the same pages again, not a fresh mapping
+    CHECK(TensorBufferCache::stats().hits == before.hits + 1);
+    CHECK(reinterpret_cast<uintptr_t>(b.data_ptr()) % 64 == 0);
+    at::Tensor small = at::empty({16}, at::kFloat);  // below the threshold: LibTorch's own
+    CHECK(TensorBufferCache::stats().misses == before.misses + 1);
+    outlives = at::ones({1 << 20}, at::kFloat);  // made inside, freed after the cache is gone
+    const TensorBufferCache nested;               // an enclosing cache stays the one at work
+    CHECK_FALSE(nested.active());
+  }
+  CHECK(TensorBufferCache::stats().cached == 0);
+  CHECK(outlives.sum().item<double>() == double{1 << 20});
+  outlives = at::Tensor();
+
+  // A training step's loss and gate gradients are bit-identical with and without it.
+  TextModel m = load_text_model(test::model_dir("llama_gqa"));
+  auto j = test::read_json(gates_fixture("expected.json"));
+  OracleSeq s = oracle_seq(j);
+  at::Tensor x = m.decoder->embed(ids_tensor(s.ids));
+  auto step = [&] {
+    RetentionGates g = load_gates(gates_fixture("llama_gqa_dbtrimkv.safetensors"));
+    g.set_requires_grad(true);
+    GateLossOptions o;
+    o.budget = 5;
+    GateLoss L = gate_loss(*m.decoder, g, x, s.targets, s.mask, o);
+    L.total.backward();
+    std::vector<at::Tensor> out{L.total.detach()};
+    for (const auto& p : g.parameters()) out.push_back(p.tensor.grad().clone());
+    return out;
+  };
+  const std::vector<at::Tensor> plain = step();
+  std::vector<at::Tensor> cached, again;
+  {
+    const TensorBufferCache cache(0, 1024);  // the fixture's tensors are small: cache from 1 KiB
+    const int64_t hits = TensorBufferCache::stats().hits;
+    cached = step();
+    again = step();  // largely on the buffers the first step freed
+    CHECK(TensorBufferCache::stats().hits > hits + 100);
+  }
+  REQUIRE(plain.size() == cached.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    CHECK(at::equal(plain[i], cached[i]));
+    CHECK(at::equal(plain[i], again[i]));
+  }
 }

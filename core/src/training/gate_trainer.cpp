@@ -22,6 +22,7 @@
 #include "trimkv/core/gate_file.h"
 #include "trimkv/core/gate_training.h"
 #include "trimkv/core/safetensors.h"
+#include "trimkv/core/tensor_buffer_cache.h"
 #include "trimkv/core/weight_store.h"
 
 namespace fs = std::filesystem;
@@ -217,6 +218,7 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
   const double m_global = o.budget * static_cast<double>(I.model->config.n_layer * I.model->config.n_kv_head);
 
   TrainResult result;
+  const TensorBufferCache buffers;  // each step allocates what the previous one freed
   const auto t0 = std::chrono::steady_clock::now();
   int64_t tokens = 0, steps_this_run = 0;
   auto save = [&] {
