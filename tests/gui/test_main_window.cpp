@@ -85,6 +85,8 @@ constexpr int kSlowdown = 1;
 #endif
 constexpr int kLoadTimeoutMs = 120'000 * kSlowdown;
 constexpr int kTurnTimeoutMs = 120'000 * kSlowdown;
+// How long to wait for a prompt reaction of the worker (a policy applied, a frame, an error).
+constexpr int kEventTimeoutMs = 10'000 * kSlowdown;
 // Issue 21's bound on how soon a stop returns control: the normal build's claim (200 ms). Under
 // ASan the stop in the 6,000-token later turn took 500 ms (61-71 ms normally): the
 // bound there is 1 s. Under TSan such a layer alone takes seconds; there only the stop itself is
@@ -147,7 +149,7 @@ class MainWindowTest : public QObject {
     if (control->entriesPerHead() == budget) setBudget(budget + 1);
     QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
     control->spinBox()->setValue(budget);  // debounced, then sent to the worker
-    QVERIFY(applied.wait(5000));
+    QVERIFY(applied.wait(kEventTimeoutMs));
     const auto s = applied.takeLast().at(0).value<trimkv::EvictionSettings>();
     QVERIFY(s.budget_per_head.has_value());
     QCOMPARE(*s.budget_per_head, int64_t{budget});
@@ -164,7 +166,7 @@ class MainWindowTest : public QObject {
   void newConversation() {
     QSignalSpy frames(m_window.get(), &MainWindow::frameShown);
     m_window->newConversation();
-    QVERIFY(frames.wait(10000));
+    QVERIFY(frames.wait(kEventTimeoutMs));
     QCOMPARE(m_window->lastFrame().state.tokens, int64_t{0});
   }
 
@@ -420,7 +422,7 @@ class MainWindowTest : public QObject {
   void aBadModelFolderShowsAnErrorAndTheAppStaysUsable() {
     QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
     m_window->openModel(QStringLiteral("/nonexistent/model-folder"));
-    QVERIFY(errors.wait(10000));
+    QVERIFY(errors.wait(kEventTimeoutMs));
     QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("/nonexistent/model-folder")));
     QMessageBox* box = m_window->findChild<QMessageBox*>(QStringLiteral("errorDialog"));
     QVERIFY(box);
@@ -481,7 +483,7 @@ class MainWindowTest : public QObject {
     QVERIFY(messages >= 2 && images >= 1);
     QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
     m_window->saveConversation(path);
-    QVERIFY(saved.wait(10000));
+    QVERIFY(saved.wait(kEventTimeoutMs));
     // The image is copied beside the file, named by its content (and its name).
     QCOMPARE(QDir(dir.filePath(QStringLiteral("chat-images"))).entryList({QStringLiteral("*-a.png")}).size(), 1);
     newConversation();
@@ -501,7 +503,7 @@ class MainWindowTest : public QObject {
     bad.close();
     QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
     m_window->loadConversation(bad.fileName());
-    QVERIFY(errors.wait(10000));
+    QVERIFY(errors.wait(kEventTimeoutMs));
     QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("bad.json")));
     QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("role")));
     QCOMPARE(m_window->conversation()->messageCount(), messages);
@@ -764,7 +766,7 @@ class MainWindowTest : public QObject {
     const QString path = dir.filePath(QStringLiteral("chat.json"));
     QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
     m_window->saveConversation(path);
-    QVERIFY(saved.wait(10000));
+    QVERIFY(saved.wait(kEventTimeoutMs));
     QFile file(path);
     QVERIFY(file.open(QIODevice::ReadOnly));
     const QJsonArray messages = QJsonDocument::fromJson(file.readAll()).object().value("messages").toArray();
@@ -889,21 +891,21 @@ class MainWindowTest : public QObject {
     QVERIFY(control->hintText().contains(QStringLiteral("40 entries/head")));
     QSignalSpy applied(m_window.get(), &MainWindow::evictionApplied);
     control->spinBox()->setValue(budgetInUnit(20, BudgetUnit::MiB, scale));
-    QVERIFY(applied.wait(5000));
+    QVERIFY(applied.wait(kEventTimeoutMs));
     QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, int64_t{20});
     QCOMPARE(control->entriesPerHead(), int64_t{20});
 
     // Percent of the context: half the tokens so far.
     control->setUnit(BudgetUnit::PercentOfContext);
     control->spinBox()->setValue(50.0);
-    QVERIFY(applied.wait(5000));
+    QVERIFY(applied.wait(kEventTimeoutMs));
     const int64_t half = entriesFromUnit(50.0, BudgetUnit::PercentOfContext, scale);
     QCOMPARE(half, (scale.contextTokens + 1) / 2);
     QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, half);
 
     // The slider moves the same budget (logarithmic), and the spin box follows it.
     control->slider()->setValue(control->slider()->value() / 2);
-    QVERIFY(applied.wait(5000));
+    QVERIFY(applied.wait(kEventTimeoutMs));
     const int64_t fromSlider = control->entriesPerHead();
     QCOMPARE(*applied.takeLast().at(0).value<trimkv::EvictionSettings>().budget_per_head, fromSlider);
     QCOMPARE(entriesFromUnit(control->spinBox()->value(), BudgetUnit::PercentOfContext, scale), fromSlider);
@@ -923,7 +925,7 @@ class MainWindowTest : public QObject {
     auto* window = qobject_cast<QSpinBox*>(form->editor(QStringLiteral("window")));
     QVERIFY(window);
     window->setValue(4);
-    QVERIFY(applied.wait(5000));
+    QVERIFY(applied.wait(kEventTimeoutMs));
     const auto s = applied.takeLast().at(0).value<trimkv::EvictionSettings>();
     QCOMPARE(s.policy, std::string("snapkv"));
     QCOMPARE(s.options, std::vector<std::string>{"window=4"});
@@ -931,7 +933,7 @@ class MainWindowTest : public QObject {
     QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
     auto* kernel = qobject_cast<QSpinBox*>(form->editor(QStringLiteral("kernel")));
     kernel->setValue(4);  // must be odd
-    QVERIFY(errors.wait(5000));
+    QVERIFY(errors.wait(kEventTimeoutMs));
     QVERIFY(errors.first().at(1).toString().contains(QStringLiteral("kernel")));
     for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
 
@@ -1178,10 +1180,10 @@ class MainWindowTest : public QObject {
       QTRY_VERIFY_WITH_TIMEOUT(stopped || !finished.isEmpty(), kTurnTimeoutMs);
       disconnect(onFrame);
       if (!stopped || finishedBeforeStop) {
-        QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), 5000);
+        QTRY_VERIFY_WITH_TIMEOUT(!finished.isEmpty(), kEventTimeoutMs);
         continue;
       }
-      if (finished.isEmpty()) QVERIFY(finished.wait(5000));  // returns as the signal arrives (QTRY polls)
+      if (finished.isEmpty()) QVERIFY(finished.wait(kEventTimeoutMs));  // returns as the signal arrives (QTRY polls)
       const qint64 took = clock.elapsed();
       const TurnStats stats = finished.takeFirst().at(0).value<TurnStats>();
       if (stats.stopReason == QStringLiteral("max_tokens") || stats.stopReason == QStringLiteral("context_full"))
@@ -1202,7 +1204,7 @@ class MainWindowTest : public QObject {
     QSignalSpy applied(&w, &MainWindow::evictionApplied);
     policy->setCurrentIndex(policy->findData(name));
     Q_EMIT policy->activated(policy->currentIndex());  // as a choice in the list does
-    return applied.wait(5000) &&
+    return applied.wait(kEventTimeoutMs) &&
            applied.last().at(0).value<trimkv::EvictionSettings>().policy == name.toStdString();
   }
 
@@ -1217,7 +1219,7 @@ class MainWindowTest : public QObject {
     return loaded.wait(kLoadTimeoutMs) &&
            QTest::qWaitFor([&] {
              return !applied.isEmpty() && applied.last().at(0).value<trimkv::EvictionSettings>().policy != "full";
-           }, 10000);
+           }, kEventTimeoutMs);
   }
 
   // A window on the built-in demo model with one thread, so that a 12,000-token prefill takes
@@ -1401,7 +1403,7 @@ class MainWindowTest : public QObject {
       QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
       QSignalSpy done(m_window->compareWindow(), &CompareWindow::finished);
       m_window->compareWindow()->start();
-      QTRY_COMPARE_WITH_TIMEOUT(done.size(), 1, 10000);
+      QTRY_COMPARE_WITH_TIMEOUT(done.size(), 1, kEventTimeoutMs);
       QCOMPARE(done.first().at(0).toBool(), true);
       QVERIFY(!errors.isEmpty() && errors.first().at(1).toString().contains(QStringLiteral("no message")));
       QVERIFY(!m_window->compareWindow()->isRunning());
@@ -1514,11 +1516,11 @@ class MainWindowTest : public QObject {
     m_window->setGenerationParams(params);
     QueuedCount progress(m_window->analysisWorker(), &AnalysisWorker::progress, this);
     cw->start();
-    QTRY_VERIFY_WITH_TIMEOUT(progress.n > 0, 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(progress.n > 0, kEventTimeoutMs);
     QElapsedTimer clock;
     clock.start();
     QTest::mouseClick(cw->cancelButton(), Qt::LeftButton);
-    QVERIFY(finished.wait(10000));
+    QVERIFY(finished.wait(kEventTimeoutMs));
     const qint64 compareStopMs = clock.elapsed();
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
     qInfo("the comparison stopped %lld ms after Cancel", static_cast<long long>(compareStopMs));
@@ -1531,7 +1533,7 @@ class MainWindowTest : public QObject {
     cw->start();
     QVERIFY(cw->isRunning());
     cw->close();
-    QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, 10000);  // may end at once: not started yet
+    QTRY_COMPARE_WITH_TIMEOUT(finished.size(), 1, kEventTimeoutMs);  // may end at once: not started yet
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
     QVERIFY(!cw->isRunning());
   }
@@ -1722,7 +1724,7 @@ class MainWindowTest : public QObject {
     QElapsedTimer clock;
     clock.start();
     QTest::mouseClick(ev->cancelButton(), Qt::LeftButton);
-    QVERIFY(finished.wait(10000));
+    QVERIFY(finished.wait(kEventTimeoutMs));
     const qint64 evalStopMs = clock.elapsed();
     QCOMPARE(finished.takeFirst().at(0).toBool(), true);
     qInfo("the evaluation stopped %lld ms after Cancel", static_cast<long long>(evalStopMs));
@@ -1733,7 +1735,7 @@ class MainWindowTest : public QObject {
     // Closing the window frees the analysis engine (the second copy of the model).
     QueuedCount released(m_window->analysisWorker(), &AnalysisWorker::engineReleased, this);
     ev->close();
-    QTRY_VERIFY_WITH_TIMEOUT(released.n > 0, 10000);
+    QTRY_VERIFY_WITH_TIMEOUT(released.n > 0, kEventTimeoutMs);
     const TurnStats stats = answer(QStringLiteral("Still there?"), {});
     QVERIFY(stats.generatedTokens > 0);
   }
@@ -1819,7 +1821,7 @@ class MainWindowTest : public QObject {
     const int messages = m_window->conversation()->messageCount();
     QSignalSpy saved(m_window.get(), &MainWindow::conversationSaved);
     m_window->saveConversation(path);
-    QVERIFY(saved.wait(10000));
+    QVERIFY(saved.wait(kEventTimeoutMs));
     QCOMPARE(list->pathAt(1), QFileInfo(path).absoluteFilePath());
     QVERIFY(ConversationList::recentFiles().contains(QFileInfo(path).absoluteFilePath()));
 
@@ -1882,7 +1884,7 @@ class MainWindowTest : public QObject {
     QComboBox* combo = m_window->policyCombo();
     for (int i = 0; i < combo->count(); ++i)
       if (combo->itemData(i).toString() == policy) combo->setCurrentIndex(i);
-    QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(m_window->eviction().policy), policy, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(QString::fromStdString(m_window->eviction().policy), policy, kEventTimeoutMs);
     const TurnStats stats = answer(QStringLiteral("Still there?"), {});
     QVERIFY(stats.generatedTokens > 0);
   }
@@ -1916,10 +1918,10 @@ class MainWindowTest : public QObject {
     QCOMPARE(m_window->conversation()->messageCount(), 2);
     // Template variables start a new conversation with them; a malformed line is refused.
     m_window->setTemplateVariables({QStringLiteral("enable_thinking=false")});
-    QTRY_COMPARE_WITH_TIMEOUT(m_window->lastFrame().state.tokens, int64_t{0}, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(m_window->lastFrame().state.tokens, int64_t{0}, kEventTimeoutMs);
     QSignalSpy errors(m_window.get(), &MainWindow::errorReported);
     m_window->setTemplateVariables({QStringLiteral("no equals sign")});
-    QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, 10000);
+    QTRY_COMPARE_WITH_TIMEOUT(errors.count(), 1, kEventTimeoutMs);
     for (QMessageBox* box : m_window->findChildren<QMessageBox*>()) box->accept();
     m_window->setTemplateVariables({});
     // Back to the vision-language model: images again.
@@ -1938,10 +1940,10 @@ class MainWindowTest : public QObject {
     QCOMPARE(m_window->threads(), 0);
     QCOMPARE(m_window->threadsInUse(), cores);
     m_window->setThreads(1);
-    QTRY_COMPARE_WITH_TIMEOUT(m_window->threadsInUse(), 1, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(m_window->threadsInUse(), 1, kEventTimeoutMs);
     QVERIFY(answer(QStringLiteral("One thread now."), {}).generatedTokens > 0);
     m_window->setThreads(0);
-    QTRY_COMPARE_WITH_TIMEOUT(m_window->threadsInUse(), cores, 5000);
+    QTRY_COMPARE_WITH_TIMEOUT(m_window->threadsInUse(), cores, kEventTimeoutMs);
   }
 
   void theTimesShownAreWallTime() {
