@@ -5,6 +5,7 @@
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>

@@ -158,13 +158,14 @@ void write_accuracy_plot(const std::string& path, const std::vector<PlotSeries>&
   const int W = 960, H = 620, left = 100, right = 210, top = 86, bottom = 96;
   const int pw = W - left - right, ph = H - top - bottom;
   cv::Mat img(H, W, CV_8UC3, cv::Scalar(255, 255, 255));  // R, G, B order
-  const cv::Scalar black(0, 0, 0), grid(225, 225, 225), axis_grey(90, 90, 90);
+  const cv::Scalar grid(225, 225, 225), axis_grey(90, 90, 90);
   const Text ticks{img, 0.62}, labels{img, 0.68};
 
   const PlotLayout L = plot_layout(series, full_value, full_entries, style);
   const bool percent = L.percent, log_x = L.log_x;
   const double x_lo = L.x_lo, x_hi = L.x_hi, y_lo = L.y_lo, y_hi = L.y_hi;
-  const std::vector<double>&xt = L.x_ticks, &yt = L.y_ticks;
+  const std::vector<double>& xt = L.x_ticks;
+  const std::vector<double>& yt = L.y_ticks;
   auto x_of = [&](double entries) { return L.x_of(entries); };
   auto px = [&](double xv) {
     const double f = log_x ? (std::log(xv) - std::log(x_lo)) / (std::log(x_hi) - std::log(x_lo)) : (xv - x_lo) / (x_hi - x_lo);
