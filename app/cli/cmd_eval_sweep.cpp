@@ -241,9 +241,7 @@ void write_plot(const std::string& path, const std::vector<Row>& rows) {
       full_entries = std::stod(r.cells[7]);
       continue;
     }
-    auto it = std::find_if(series.begin(), series.end(), [&](const auto& s) { return s.name == r.policy; });
-    if (it == series.end()) it = series.insert(series.end(), {r.policy, {}});
-    it->points.emplace_back(std::stod(r.cells[2]), std::stod(r.cells[column]));
+    vision::world::add_plot_point(series, r.policy, std::stod(r.cells[2]), std::stod(r.cells[column]));
   }
   vision::world::PlotStyle style;
   if (ppl) style = {"perplexity (lower is better)", false};

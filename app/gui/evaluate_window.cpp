@@ -17,7 +17,6 @@
 #include <QtCharts/QChartView>
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "atomic_file.h"
 #include "budget_chart.h"
@@ -261,10 +260,8 @@ void EvaluateWindow::rebuildChart() {
       fullEntries = static_cast<double>(c.maxKvEntries);
       continue;
     }
-    const std::string name = c.policy.toStdString();
-    auto it = std::find_if(series.begin(), series.end(), [&](const budget_chart::Series& s) { return s.name == name; });
-    if (it == series.end()) it = series.insert(series.end(), {name, {}});
-    it->points.emplace_back(static_cast<double>(c.budgetGlobal), c.accuracy);
+    trimkv::vision::world::add_plot_point(series, c.policy.toStdString(), static_cast<double>(c.budgetGlobal),
+                                          c.accuracy);
   }
   budget_chart::draw(m_chartView->chart(), series, fullValue, fullEntries);
 }

@@ -70,13 +70,13 @@ class CachingAllocator final : public c10::Allocator {
 
  private:
   c10::DataPtr take(size_t n) {
+    const size_t size = (n + kPage - 1) / kPage * kPage;
     c10::Allocator* previous = nullptr;
     {
       std::lock_guard<std::mutex> lock(m_mutex);
       if (!m_on || n < m_min) {
         previous = m_previous;
       } else {
-        const size_t size = (n + kPage - 1) / kPage * kPage;
         auto it = m_free.find(size);
         if (it != m_free.end()) {
           Block* b = it->second;
@@ -89,7 +89,6 @@ class CachingAllocator final : public c10::Allocator {
       }
     }
     if (previous) return previous->allocate(n);
-    const size_t size = (n + kPage - 1) / kPage * kPage;
     void* data = nullptr;
     TRIMKV_CHECK(posix_memalign(&data, kAlignment, size) == 0 && data, Internal, "out of memory allocating ", size,
                  " bytes for a tensor");

@@ -85,6 +85,12 @@ void dashed(cv::Mat& img, cv::Point a, cv::Point b, const cv::Scalar& c, int thi
 
 }  // namespace
 
+void add_plot_point(std::vector<PlotSeries>& series, const std::string& name, double entries, double value) {
+  auto it = std::find_if(series.begin(), series.end(), [&](const PlotSeries& s) { return s.name == name; });
+  if (it == series.end()) it = series.insert(series.end(), PlotSeries{name, {}});
+  it->points.emplace_back(entries, value);
+}
+
 std::string PlotLayout::x_title() const {
   return std::string(percent ? "KV budget (% of the full cache's peak" : "KV budget (entries") +
          (log_x ? ", log scale)" : ")");

@@ -135,6 +135,8 @@ struct PlotStyle {
 };
 void write_accuracy_plot(const std::string& path, const std::vector<PlotSeries>& series, double full_value,
                          double full_entries, const PlotStyle& style = {});
+// Adds the point (entries, value) to the series called `name`, a new series at the end if none is.
+void add_plot_point(std::vector<PlotSeries>& series, const std::string& name, double entries, double value);
 // The figure's layout, shared by this OpenCV drawing and the Qt Charts one (app/charts): the x
 // axis (percent of `full_entries` when > 0, else entries; log when the budgets span 4x or more),
 // its round ticks, the y range and ticks, and the legend's order (by the value at each series'
