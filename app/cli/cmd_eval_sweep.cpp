@@ -253,6 +253,23 @@ void write_plot(const std::string& path, const std::vector<Row>& rows) {
 #endif
 }
 
+// One entry of --policies: a policy name, optionally with its options after colons
+// ("dbtrimkv:sinks=4:window=8"); the whole entry names the cell's row. Validated as the policy
+// options of `generate` are.
+EvictionSettings sweep_policy(const std::string& entry) {
+  const std::vector<std::string> parts = split_list(entry, ':', true);
+  EvictionSettings s;
+  s.policy = parts.front();
+  s.options.assign(parts.begin() + 1, parts.end());
+  s.budget_global = 1;
+  try {
+    validate_eviction_settings(s);
+  } catch (const Error& e) {
+    throw UsageError("option '--policies', entry '" + entry + "': " + e.what());
+  }
+  return s;
+}
+
 }  // namespace
 
 int cmd_eval_sweep(int argc, char** argv, int first) {
@@ -260,7 +277,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
       {"model", "DIR", "vision-language checkpoint folder (default: the embedded demo model)"},
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
-      {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them)"},
+      {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them), each optionally with its options after colons, e.g. dbtrimkv:sinks=4 (the entry names its rows)"},
       {"budgets", "B,...", "KV budgets: fractions of the full cache's peak entries (0.25) and/or entries (512)"},
       {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png, sweep-settings.txt (a rerun with other data or scoring is refused) (default: sweep)"},
       ranged_int("limit", "N", "evaluate the first N conversations only", 1, 2147483647),
@@ -291,16 +308,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
   std::vector<Budget> budgets;
   for (const std::string& s : split_list(args.require("budgets"), ',')) budgets.push_back(parse_budget(s));
   if (budgets.empty()) throw UsageError("option '--budgets' gives no budget");
-  for (const std::string& p : policies) {
-    EvictionSettings s;
-    s.policy = p;
-    s.budget_global = 1;
-    try {
-      validate_eviction_settings(s);
-    } catch (const Error& e) {
-      throw UsageError(std::string("option '--policies': ") + e.what());
-    }
-  }
+  for (const std::string& p : policies) sweep_policy(p);
   const int limit = eval_limit(args);
   EvalRunOptions run = eval_run_options(args, data);
   run.cancel = &g_sweep_cancel;
@@ -377,8 +385,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
         const int64_t peak = std::stoll(full->cells[7]);
         entries = std::max<int64_t>(1, std::llround(c.budget.fraction * static_cast<double>(peak)));
       }
-      EvictionSettings s;
-      s.policy = c.policy;
+      EvictionSettings s = sweep_policy(c.policy);
       s.budget_global = entries;
       engine->set_eviction(s);
     }

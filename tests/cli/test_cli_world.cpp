@@ -268,4 +268,23 @@ TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[c
   require_error_naming(run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
                                       "h2o", "--budgets", "1.5"}),
                        "--budgets");
+
+  // An entry may carry the policy's options after colons; the entry names its rows. StreamingLLM
+  // with 1 sink + a window of 2 holds fewer entries than with its default window (budget - 4).
+  const WorldRun opts = run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
+                                       "streamingllm,streamingllm:sinks=1:window=2", "--budgets", "64", "--out",
+                                       dir.file("sweep-opts"), "--max-new-tokens", "4"});
+  CAPTURE(opts.out, opts.err);
+  REQUIRE(opts.code == 0);
+  const auto opt_lines = split_csv(trimkv::test::read_bytes(dir.file("sweep-opts/sweep.csv"))).second;
+  REQUIRE(opt_lines.size() == 3);
+  CHECK(opt_lines[1][0] == "streamingllm");
+  CHECK(opt_lines[2][0] == "streamingllm:sinks=1:window=2");
+  CHECK(opt_lines[2][1] == "64");
+  CHECK(std::stod(opt_lines[2][8]) < std::stod(opt_lines[1][8]));  // kv_mean_entries
+  CHECK_THAT(trimkv::test::read_bytes(dir.file("sweep-opts/sweep.md")), Catch::Contains("| streamingllm:sinks=1:window=2 | 64 |"));
+  const WorldRun bad_opt = run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
+                                          "h2o:recnt=3", "--budgets", "0.5"});
+  require_error_naming(bad_opt, "h2o:recnt=3");
+  CHECK_THAT(bad_opt.err, Catch::Contains("recent"));
 }

@@ -103,6 +103,18 @@ TEST_CASE("dbtrimkv keeps the global top-M_global by retention score", "[evictio
     }
   REQUIRE(pl3.n_kept() == 5);
 
+  // Sinks 1: the first token (0) is kept everywhere (4 entries, one already +inf) + the best
+  // other entry (L0H0 token 3, -0.2).
+  auto ps = make_policy("dbtrimkv", {{"lookahead", "1"}, {"sinks", "1"}}, b, g);
+  const EvictionPlan pls = ps->plan(ctx_of(cache, ps, b));
+  REQUIRE(kept_tokens(kv, pls, 0, 0) == std::vector<int32_t>{0, 3});
+  REQUIRE(kept_tokens(kv, pls, 0, 1) == std::vector<int32_t>{0});
+  REQUIRE(kept_tokens(kv, pls, 1, 0) == std::vector<int32_t>{0});
+  REQUIRE(kept_tokens(kv, pls, 1, 1) == std::vector<int32_t>{0});
+  // Protected entries must fit in the budget: 2 sinks x 4 heads > 5.
+  REQUIRE_THROWS_WITH(make_policy("dbtrimkv", {{"sinks", "2"}}, b, g),
+                      Contains("sinks 2"));
+
   // Threshold mode: keep score >= log(alpha), no budget.
   auto pt = make_policy("dbtrimkv", {{"lookahead", "1"}, {"threshold", "0.05"}}, Budget(), g);
   const EvictionPlan pl4 = pt->plan(ctx_of(cache, pt, Budget()));
@@ -122,6 +134,13 @@ TEST_CASE("trimkv keeps the top-M of every head by the same scores", "[eviction]
   const EvictionPlan plan = p->plan(ctx_of(cache, p, b));
   REQUIRE(kept_tokens(cache.bookkeeping(), plan, 0, 0) == std::vector<int32_t>{0, 1});
   REQUIRE(kept_tokens(cache.bookkeeping(), plan, 0, 1) == std::vector<int32_t>{3, 4});
+  // Sinks 1: head 1 keeps its first token and its best other one.
+  auto ps = make_policy("trimkv", {{"lookahead", "2"}, {"sinks", "1"}}, b, g);
+  const EvictionPlan pls = ps->plan(ctx_of(cache, ps, b));
+  REQUIRE(kept_tokens(cache.bookkeeping(), pls, 0, 0) == std::vector<int32_t>{0, 1});
+  REQUIRE(kept_tokens(cache.bookkeeping(), pls, 0, 1) == std::vector<int32_t>{0, 4});
+  REQUIRE_THROWS_WITH(make_policy("trimkv", {{"sinks", "2"}, {"window", "1"}}, b, g),
+                      Contains("window 1 + sinks 2"));
 }
 
 TEST_CASE("streamingllm keeps the sinks and the newest tokens", "[eviction][policy]") {

@@ -1,6 +1,6 @@
 // dbtrimkv: learned retention, ONE top-k over every (layer, KV head) entry of the sequence
 // (METHOD.md §4 "Selection"). Scores from log β (retention_log_score), optional per-head floor,
-// protected recent window, or threshold mode (keep score >= log α, no fixed budget).
+// protected recent window, protected first tokens ("sinks"), or threshold mode (keep score >= log α, no fixed budget).
 #include <cmath>
 
 #include "trimkv/core/error.h"
@@ -12,8 +12,8 @@ namespace {
 
 class DbTrimKvPolicy final : public EvictionPolicy {
  public:
-  DbTrimKvPolicy(int lookahead, int64_t floor, int64_t window, double alpha)
-      : m_lookahead(lookahead), m_floor(floor), m_window(window), m_alpha(alpha) {}
+  DbTrimKvPolicy(int lookahead, int64_t floor, int64_t window, int64_t sinks, double alpha)
+      : m_lookahead(lookahead), m_floor(floor), m_window(window), m_sinks(sinks), m_alpha(alpha) {}
 
   std::string name() const override { return "dbtrimkv"; }
   PolicyNeeds needs() const override {
@@ -35,15 +35,13 @@ class DbTrimKvPolicy final : public EvictionPolicy {
     return select_global_top_k(*ctx.kv, scores, ctx.budget_global, m_floor);
   }
   StreamScores entry_scores(const PolicyContext& ctx) const override {
-    StreamScores scores = retention_scores(*ctx.kv, m_lookahead);
-    if (m_window > 0) protect_window(*ctx.kv, static_cast<int>(m_window), scores);
-    return scores;
+    return learned_retention_scores(*ctx.kv, m_lookahead, m_window, m_sinks);
   }
 
  private:
   bool threshold_mode() const { return m_alpha > 0; }
   int m_lookahead;
-  int64_t m_floor, m_window;
+  int64_t m_floor, m_window, m_sinks;
   double m_alpha;  // > 0: threshold mode
 };
 
@@ -51,6 +49,7 @@ std::unique_ptr<EvictionPolicy> make(const OptionReader& o, const Budget& b, con
   const int lookahead = static_cast<int>(o.get_int("lookahead"));
   const int64_t floor = o.get_int("floor");
   const int64_t window = o.get_int("window");
+  const int64_t sinks = o.get_int("sinks");
   const double alpha = o.is_set("threshold") ? o.get_double("threshold") : 0.0;
   if (alpha > 0) {
     TRIMKV_CHECK(b.is_unlimited(), Input,
@@ -64,12 +63,12 @@ std::unique_ptr<EvictionPolicy> make(const OptionReader& o, const Budget& b, con
                  n_streams, " heads (", g.n_layer, " layers x ", g.n_kv_head,
                  " KV heads) = ", floor * n_streams, " exceeds the budget of ", m_global,
                  " entries");
-    TRIMKV_CHECK((floor + window) * n_streams <= m_global, Input, "policy dbtrimkv: window ",
-                 window, " + floor ", floor, " per head x ", n_streams,
+    TRIMKV_CHECK((floor + window + sinks) * n_streams <= m_global, Input, "policy dbtrimkv: window ",
+                 window, " + sinks ", sinks, " + floor ", floor, " per head x ", n_streams,
                  " heads exceeds the budget of ", m_global,
                  " entries (protected entries must fit)");
   }
-  return std::make_unique<DbTrimKvPolicy>(lookahead, floor, window, alpha);
+  return std::make_unique<DbTrimKvPolicy>(lookahead, floor, window, sinks, alpha);
 }
 
 }  // namespace
@@ -83,6 +82,8 @@ const PolicyEntry& dbtrimkv_policy_entry() {
         int_option("floor", "0", 0, kMaxOption, "minimum entries kept per (layer, KV head)"),
         int_option("window", "0", 0, kMaxOption,
                    "protected recent window: the newest N tokens are always kept"),
+        int_option("sinks", "0", 0, kMaxOption,
+                   "protected first tokens (attention sinks): the first N tokens are always kept"),
         double_option("threshold", "auto", 1e-30, 1.0,
                       "threshold mode: keep every entry with score >= log(threshold), no budget")},
        true,

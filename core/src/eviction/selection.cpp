@@ -94,7 +94,11 @@ StreamScores retention_scores(const KvBookkeeping& kv, int lookahead) {
   return scores;
 }
 
-void protect_recent(const KvBookkeeping& kv, int32_t first_protected, StreamScores& scores) {
+namespace {
+
+// +inf on every entry whose token index satisfies `is_protected`.
+template <typename Pred>
+void protect_tokens(const KvBookkeeping& kv, StreamScores& scores, Pred is_protected) {
   const KvGeometry& g = kv.geometry();
   for (int il = 0; il < g.n_layer; ++il)
     for (int h = 0; h < g.n_kv_head; ++h) {
@@ -102,9 +106,18 @@ void protect_recent(const KvBookkeeping& kv, int32_t first_protected, StreamScor
       auto& sc = scores[static_cast<size_t>(il * g.n_kv_head + h)];
       // Cache order is not assumed sorted: check every entry.
       for (size_t e = 0; e < entries.size(); ++e)
-        if (entries[e].token_index >= first_protected)
-          sc[e] = std::numeric_limits<float>::infinity();
+        if (is_protected(entries[e].token_index)) sc[e] = std::numeric_limits<float>::infinity();
     }
+}
+
+}  // namespace
+
+void protect_recent(const KvBookkeeping& kv, int32_t first_protected, StreamScores& scores) {
+  protect_tokens(kv, scores, [first_protected](int32_t t) { return t >= first_protected; });
+}
+
+void protect_first(const KvBookkeeping& kv, int32_t n_first, StreamScores& scores) {
+  protect_tokens(kv, scores, [n_first](int32_t t) { return t < n_first; });
 }
 
 std::vector<int32_t> top_k_of_stream(const std::vector<EntryMeta>& entries,

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "trimkv/core/error.h"
+#include "trimkv/core/eviction_select.h"
 #include "trimkv/core/policies.h"
 
 namespace trimkv {
@@ -39,10 +40,9 @@ class StreamingLlmPolicy final : public EvictionPolicy {
         const auto& entries = ctx.kv->entries(il, h);
         auto& out = s[static_cast<size_t>(il * g.n_kv_head + h)];
         out.resize(entries.size());
-        for (size_t e = 0; e < entries.size(); ++e)
-          out[e] = entries[e].token_index < m_sinks ? std::numeric_limits<float>::infinity()
-                                                    : static_cast<float>(entries[e].token_index);
+        for (size_t e = 0; e < entries.size(); ++e) out[e] = static_cast<float>(entries[e].token_index);
       }
+    protect_first(*ctx.kv, static_cast<int32_t>(m_sinks), s);
     return s;
   }
 

@@ -66,6 +66,10 @@ inline bool ranks_before(float score_a, int32_t token_a, int stream_a, float sco
 // recent window).
 void protect_recent(const KvBookkeeping& kv, int32_t first_protected, StreamScores& scores);
 
+// Sets the score of every entry whose token_index < n_first to +inf (the first tokens of the
+// stream, "attention sinks", kept whatever their score).
+void protect_first(const KvBookkeeping& kv, int32_t n_first, StreamScores& scores);
+
 // Keeps, over the streams listed in `streams` (stream = il * n_kv_head + h), the k best entries
 // in the deterministic order. With floor_per_head > 0 (the authors' floor rule): the top
 // k - floor·|streams| entries are chosen jointly, then every stream additionally keeps its next

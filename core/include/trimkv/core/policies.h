@@ -117,6 +117,11 @@ std::vector<int64_t> pyramidkv_layer_budgets(int n_layer, int64_t m, int64_t win
 // Scores the policy family uses for its window: +inf on the last `window` tokens of the stream.
 void protect_window(const KvBookkeeping& kv, int window, StreamScores& scores);
 
+// The learned policies' scores (trimkv, dbtrimkv): retention_scores with lookahead n, then +inf
+// on the newest `window` tokens and on the first `sinks` tokens of the stream (0 = none).
+StreamScores learned_retention_scores(const KvBookkeeping& kv, int lookahead, int64_t window,
+                                      int64_t sinks);
+
 // --- VisionZip token selection (before the decoder; changes the token stream) -------------------
 
 struct VisionZipResult {
