@@ -1,6 +1,7 @@
 // dbtrimkv: learned retention, ONE top-k over every (layer, KV head) entry of the sequence
 // (METHOD.md §4 "Selection"). Scores from log β (retention_log_score), optional per-head floor,
-// protected recent window, protected first tokens ("sinks"), or threshold mode (keep score >= log α, no fixed budget).
+// protected recent window, protected first tokens ("sinks"), or threshold mode (keep score >=
+// log α, no fixed budget).
 #include <cmath>
 
 #include "trimkv/core/error.h"

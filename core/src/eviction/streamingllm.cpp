@@ -1,7 +1,6 @@
 // streamingllm (Xiao et al. 2023): the first `sinks` tokens ("attention sinks") plus a window of
 // the most recent tokens, per (layer, KV head).
 #include <algorithm>
-#include <limits>
 
 #include "trimkv/core/error.h"
 #include "trimkv/core/eviction_select.h"
