@@ -40,6 +40,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       {"export-checkpoint", "", "write the checkpoint's weights to DIR/model.safetensors (to evaluate a run in progress) and stop"},
       ranged_real("describe", "P", "probability that an extra turn is a caption", 0, 1),
       ranged_real("attn-weight", "W", "weight of the attention targets (0: off)", 0, 1e6),
+      ranged_real("image-probe-weight", "W", "weight of the image probe: visual tokens and 'In image k' words must say their image (default 0: none)", 0, 1e6),
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
       ranged_int("short-images", "K", "max images per conversation in the chat-short stage", 1,
@@ -78,6 +79,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.init_from = args.get("init-from");
   o.describe_probability = args.get_double("describe", d.describe_probability);
   o.attn_weight = args.get_double("attn-weight", d.attn_weight);
+  o.image_probe_weight = args.get_double("image-probe-weight", d.image_probe_weight);
   o.freeze_tower = !args.flag("train-tower");
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
@@ -114,6 +116,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
     if (p.val_found >= 0)
       std::fprintf(stderr, "train-demo: lookup probe (question words after the objects hop): all targets right %.3f\n",
                    p.val_found);
+    if (p.val_image >= 0)
+      std::fprintf(stderr, "train-demo: image probe (visual tokens and 'In image k' words): right %.3f\n", p.val_image);
     std::cerr << std::flush;
   };
   const vision::DemoResult r = vision::train_demo(o, on_message, on_progress, &g_stop);

@@ -397,6 +397,56 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   CHECK(checked_answers > 10);
 }
 
+TEST_CASE("demo image probe: rows are every visual token and each 'In image k' subject word", "[demo][training]") {
+  const std::string dir = default_model_dir();
+  const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir));
+  int checked = 0;
+  for (int64_t i = 0; i < 40; ++i) {
+    const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
+    demo::DemoData::Images images;
+    const demo::DemoSequence seq = data.layout(conv, images);
+    REQUIRE(seq.asked_rows.size() == seq.asked_image.size());
+    // One row per in-image question that has a subject word (its first), in turn order.
+    std::vector<int> asked;
+    for (const world::Turn& t : conv.turns)
+      if (t.type.rfind("in_image_", 0) == 0) asked.push_back(t.about.front());
+    CHECK(seq.asked_image == std::vector<int64_t>(asked.begin(), asked.end()));
+    for (size_t r = 0; r < seq.asked_rows.size(); ++r) {
+      // The row is the subject word hop 2 looks up from, and the question names the image before it.
+      CHECK(std::find(seq.hops[2].rows.begin(), seq.hops[2].rows.end(), seq.asked_rows[r]) != seq.hops[2].rows.end());
+      std::vector<int32_t> before;
+      for (int64_t p = std::max<int64_t>(0, seq.asked_rows[r] - 12); p < seq.asked_rows[r]; ++p)
+        before.push_back(static_cast<int32_t>(seq.ids[static_cast<size_t>(p)]));
+      CHECK(tok.decode(before).find("mage " + std::to_string(seq.asked_image[r] + 1)) != std::string::npos);
+      ++checked;
+    }
+  }
+  CHECK(checked > 10);
+
+  // The probe is drawn after every other weight (those are the recipe's own either way), and
+  // batch_loss reads it over every visual token and asked word, with a gradient.
+  demo::DemoModel plain = demo::make_demo_model(dir + "/config.json", 4);
+  demo::DemoModel probed = demo::make_demo_model(dir + "/config.json", 4, true);
+  REQUIRE(probed.text_params.size() == plain.text_params.size() + 2);
+  for (size_t k = 0; k < plain.text_params.size(); ++k) CHECK(at::equal(plain.text_params[k].tensor, probed.text_params[k].tensor));
+  for (size_t k = 0; k < plain.vision_params.size(); ++k) CHECK(at::equal(plain.vision_params[k].tensor, probed.vision_params[k].tensor));
+  demo::DemoBatch batch;
+  demo::DemoData::Images images;
+  for (int64_t i = 0; i < 6; ++i)
+    batch.seqs.push_back(data.layout(world::make_conversation(11, world::Split::Val, i, world::WorldOptions{}), images));
+  demo::DemoData::finish(images, batch);
+  int64_t rows = 0;
+  for (const auto& s : batch.seqs) rows += static_cast<int64_t>(s.image_pos.size() + s.asked_rows.size());
+  CHECK_FALSE(demo::batch_loss(plain, batch, true, false).image.defined());
+  const demo::BatchLoss l = demo::batch_loss(probed, batch, true, false);
+  REQUIRE(l.image.defined());
+  CHECK(l.n_image == rows);
+  l.image.backward();
+  CHECK(probed.image_w.grad().defined());
+  CHECK(probed.image_w.grad().abs().sum().item<double>() > 0);
+}
+
 TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets, or KL to even mass", "[demo][training]") {
   at::manual_seed(3);
   const int64_t n = 9, heads = 4, kv = 2, hd = 8;

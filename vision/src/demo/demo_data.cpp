@@ -147,6 +147,10 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
         if (si == 0) break;
       }
     if (anchor < 0) return;
+    if (si == 0 && turn.type.rfind("in_image_", 0) == 0 && turn.about.size() == 1) {
+      seq.asked_rows.push_back(anchor);
+      seq.asked_image.push_back(turn.about.front());
+    }
     // Hop 2's targets: the cells of the objects the subject matches in the images asked about.
     std::vector<int64_t> cells;
     const world::Object* found = nullptr;  // the last object matched, and its cell in its image

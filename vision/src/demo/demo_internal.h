@@ -70,12 +70,16 @@ struct DemoModel {
   // colour, shape and place, or how many objects in the image match it. A training aid like the
   // probes above: not exported.
   at::Tensor found_w, found_b;
+  // [kMaxImagesLimit, text_hidden], [...]: the image probe (DemoTrainOptions::image_probe_weight),
+  // reading the input of the objects hop's layer; undefined when the recipe has none.
+  at::Tensor image_w, image_b;
   std::vector<NamedParameter> vision_params;  // tower + connector + probe
   std::vector<NamedParameter> text_params;    // decoder
 };
 // Fresh weights from `seed` (N(0, 0.02) matrices and embeddings, zero biases, unit norms), for
-// the config at `config_path`.
-DemoModel make_demo_model(const std::string& config_path, uint64_t seed);
+// the config at `config_path`; with image_probe, the image probe too (drawn last: the other
+// weights are the same either way).
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe = false);
 // Every exported tensor under its reference (transformers) name, as a view of the model's own
 // tensors (fused q/k/v and gate/up split by narrowing): the one naming table of export and import.
 std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const DemoModel& model);
@@ -139,6 +143,8 @@ struct DemoSequence {
   static constexpr int64_t kNoTarget = -100;  // at::nll_loss's ignore_index
   std::vector<int64_t> found_rows;
   std::vector<std::array<int64_t, kFoundFields>> found;
+  // The image probe's question rows: the subject word of each "In image k" question, and k - 1.
+  std::vector<int64_t> asked_rows, asked_image;
 };
 
 struct DemoBatch {
@@ -189,6 +195,8 @@ struct BatchLoss {
   at::Tensor attn;     // attention targets: mean over turns and supervised heads of -log(mass on the targets)
   at::Tensor found;    // lookup probe: mean CE of the found objects' colour + shape (0 when none)
   int64_t n_found = 0, c_found = 0;  // lookup probe rows, and those with every target right
+  at::Tensor image;    // image probe: mean CE over visual tokens and asked-about words (undefined: no probe)
+  int64_t n_image = 0, c_image = 0;  // image probe rows, and those right
   std::array<double, kAttnHops> attn_hops{};  // per hop kind, the mean -log mass (diagnostics; -1: none)
   std::array<double, kLookups> lookups{};     // hop 2 per Lookup, the mean -log mass (-1: none)
   int64_t n_turns = 0, n_correct = 0;                 // teacher-forced exact match per turn

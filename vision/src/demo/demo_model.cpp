@@ -132,7 +132,7 @@ void write_demo_side_files(const std::string& dir, const DemoModelSize& z, const
   write_text((fs::path(dir) / "chat_template.jinja").string(), kDemoChatTemplate);
 }
 
-DemoModel make_demo_model(const std::string& config_path, uint64_t seed) {
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe) {
   DemoModel m;
   m.tcfg = load_text_config(config_path);
   m.vcfg = Idefics3Config::from_file(config_path);
@@ -229,6 +229,12 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed) {
   tp.push_back({"lookup_probe.w", m.found_w, true});
   tp.push_back({"lookup_probe.b", m.found_b, false});
   m.decoder = std::make_shared<TextDecoder>(t, find_text_family(t.model_type, config_path), dw);
+  if (image_probe) {
+    m.image_w = normal({world::kMaxImagesLimit, h});
+    m.image_b = zeros(world::kMaxImagesLimit);
+    tp.push_back({"image_probe.w", m.image_w, true});
+    tp.push_back({"image_probe.b", m.image_b, false});
+  }
   return m;
 }
 

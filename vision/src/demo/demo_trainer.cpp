@@ -131,7 +131,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   std::array<double, kLookups> lookup_sum{};
   std::array<int64_t, kLookups> lookup_n{};
   const int64_t n_layer = model.tcfg.n_layer;
-  std::vector<at::Tensor> found_logits, found_targets;
+  std::vector<at::Tensor> found_logits, found_targets, image_logits, image_targets;
   for (const DemoSequence& s : batch.seqs) {
     const at::Tensor logits = sequence_label_logits(
         model, feats, s, [&](int64_t layer, const at::Tensor& h, const at::Tensor& q, const at::Tensor& k) {
@@ -143,6 +143,18 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
             std::vector<int64_t> t;
             for (const auto& f : s.found) t.insert(t.end(), f.begin(), f.end());
             found_targets.push_back(at::tensor(t, at::kLong).view({-1, kFoundFields}));
+          }
+          // The image probe reads the input of the objects hop's layer: every visual token (its
+          // image) and every "In image k" question's word (k).
+          if (model.image_w.defined() && layer == hop_layer(2, n_layer) && s.n_images > 0) {
+            std::vector<int64_t> rows = s.image_pos, t;
+            const int64_t per_image = static_cast<int64_t>(s.image_pos.size()) / s.n_images;
+            for (size_t i = 0; i < s.image_pos.size(); ++i) t.push_back(static_cast<int64_t>(i) / per_image);
+            rows.insert(rows.end(), s.asked_rows.begin(), s.asked_rows.end());
+            t.insert(t.end(), s.asked_image.begin(), s.asked_image.end());
+            image_logits.push_back(
+                at::linear(h.index_select(0, at::tensor(rows, at::kLong)), model.image_w, model.image_b));
+            image_targets.push_back(at::tensor(t, at::kLong));
           }
           for (int kind = 0; kind < kAttnHops; ++kind) {
             const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
@@ -204,6 +216,12 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     out.n_found = fl.size(0);
     out.c_found = right.sum().item<int64_t>();
   }
+  if (!image_logits.empty()) {
+    const at::Tensor il = at::cat(image_logits, 0), it = at::cat(image_targets, 0);
+    out.image = class_loss(il, it);
+    out.n_image = il.size(0);
+    out.c_image = (il.detach().argmax(-1) == it).sum().item<int64_t>();
+  }
   out.attn = at::zeros({});
   for (int kind = 0; kind < kAttnHops; ++kind) {
     out.attn_hops[kind] = -1;
@@ -258,6 +276,7 @@ json options_json(const DemoTrainOptions& o) {
           {"describe_probability", o.describe_probability},
           {"tokenizer_conversations", o.tokenizer_conversations}};
   if (!o.init_from.empty()) j["init_from"] = o.init_from;
+  if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
   return j;
 }
 
@@ -300,6 +319,34 @@ std::vector<NamedParameter> stage_params(const DemoModel& m, bool vision_only, b
     if (!freeze_tower || v.name.rfind("vision.", 0) != 0) p.push_back(v);
   p.insert(p.end(), m.text_params.begin(), m.text_params.end());
   return p;
+}
+
+// A step's batch: entry b's images (and, in the chat stages, its sequence) made by make(b, images),
+// on every compute thread at once. An entry depends only on its index, so the batch is the one
+// made in order, bit for bit (a short run's files compared with cmp); the run is ~4% faster.
+template <typename Make>
+DemoBatch step_batch(int64_t n, const Make& make, bool with_sequences) {
+  std::vector<DemoData::Images> parts(static_cast<size_t>(n));
+  std::vector<DemoSequence> seqs(static_cast<size_t>(n));
+  at::parallel_for(0, n, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) seqs[static_cast<size_t>(b)] = make(b, parts[static_cast<size_t>(b)]);
+  });
+  DemoBatch batch;
+  DemoData::Images images;
+  for (size_t b = 0; b < parts.size(); ++b) {
+    if (with_sequences) {
+      seqs[b].first_image += static_cast<int64_t>(images.pixels.size());
+      batch.seqs.push_back(std::move(seqs[b]));
+    }
+    auto append = [](std::vector<at::Tensor>& to, const std::vector<at::Tensor>& from) {
+      to.insert(to.end(), from.begin(), from.end());
+    };
+    append(images.pixels, parts[b].pixels);
+    append(images.targets, parts[b].targets);
+    append(images.patch_targets, parts[b].patch_targets);
+  }
+  DemoData::finish(images, batch);
+  return batch;
 }
 
 }  // namespace
@@ -353,7 +400,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   write_demo_side_files(dir.string(), o.size, ids);
   say("tokenizer: " + std::to_string(tok.vocab_size()) + " tokens");
 
-  DemoModel model = make_demo_model(config_path, o.seed);
+  DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0);
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
   const DemoData data(tok, o.size, proc);
   int64_t n_params = 0;
@@ -395,6 +442,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       for (size_t a = 0; a < 3; ++a) total.c_object_attrs[a] += l.c_object_attrs[a];
       total.n_empty_cells += l.n_empty_cells, total.c_empty_cells += l.c_empty_cells;
       total.n_found += l.n_found, total.c_found += l.c_found;
+      total.n_image += l.n_image, total.c_image += l.c_image;
     }
     auto frac = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : -1.0; };
     pr.val_accuracy = frac(total.n_correct, total.n_turns);
@@ -404,6 +452,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     pr.val_probe_empty = frac(total.c_empty_cells, total.n_empty_cells);
     for (size_t a = 0; a < 3; ++a) pr.val_probe_attrs[a] = frac(total.c_object_attrs[a], total.n_object_cells);
     pr.val_found = frac(total.c_found, total.n_found);
+    pr.val_image = frac(total.c_image, total.n_image);
   };
 
   DemoResult result;
@@ -502,26 +551,24 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       if (st.cfg.objects_ramp > 0)
         sw.max_objects = static_cast<int>(std::min<int64_t>(
             st.cfg.max_objects, 1 + step * st.cfg.max_objects / st.cfg.objects_ramp));
-      DemoBatch batch;
-      DemoData::Images images;
-      for (int64_t b = 0; b < st.cfg.batch; ++b) {
+      DemoBatch batch = step_batch(st.cfg.batch, [&](int64_t b, DemoData::Images& images) {
         const int64_t index = stage_index * kStageIndexStride + step * st.cfg.batch + b;
         if (st.vision_only) {
           world::WorldOptions one = wopt;
           one.max_images = 1;
           one.max_turns = 1;
           data.add_images(world::make_conversation(o.seed, world::Split::Train, index, one).scenes, images);
-        } else {
-          batch.seqs.push_back(data.layout(world::make_training_conversation(o.seed, index, sw, extras), images));
+          return DemoSequence{};
         }
-      }
-      DemoData::finish(images, batch);
+        return data.layout(world::make_training_conversation(o.seed, index, sw, extras), images);
+      }, !st.vision_only);
       const double lr = warmup_cosine_lr(step + 1, std::min(o.warmup, st.cfg.steps / 4), st.cfg.steps, st.cfg.lr,
                                          st.cfg.lr * o.min_lr_fraction);
       adam.zero_grad();
       const BatchLoss l = batch_loss(model, batch, !st.vision_only, st.vision_only || !o.freeze_tower);
       at::Tensor loss = st.vision_only ? l.aux
                                        : l.answer + o.aux_weight * (l.aux + l.found) + o.attn_weight * l.attn;
+      if (!st.vision_only && l.image.defined()) loss = loss + o.image_probe_weight * l.image;
       loss.backward();
       adam.step(lr);
 
