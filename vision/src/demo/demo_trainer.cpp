@@ -331,6 +331,9 @@ DemoBatch step_batch(int64_t n, const Make& make, bool with_sequences) {
   at::parallel_for(0, n, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) seqs[static_cast<size_t>(b)] = make(b, parts[static_cast<size_t>(b)]);
   });
+  auto append = [](std::vector<at::Tensor>& to, const std::vector<at::Tensor>& from) {
+    to.insert(to.end(), from.begin(), from.end());
+  };
   DemoBatch batch;
   DemoData::Images images;
   for (size_t b = 0; b < parts.size(); ++b) {
@@ -338,9 +341,6 @@ DemoBatch step_batch(int64_t n, const Make& make, bool with_sequences) {
       seqs[b].first_image += static_cast<int64_t>(images.pixels.size());
       batch.seqs.push_back(std::move(seqs[b]));
     }
-    auto append = [](std::vector<at::Tensor>& to, const std::vector<at::Tensor>& from) {
-      to.insert(to.end(), from.begin(), from.end());
-    };
     append(images.pixels, parts[b].pixels);
     append(images.targets, parts[b].targets);
     append(images.patch_targets, parts[b].patch_targets);
