@@ -147,7 +147,7 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
         if (si == 0) break;
       }
     if (anchor < 0) return;
-    if (si == 0 && turn.type.rfind("in_image_", 0) == 0 && turn.about.size() == 1) {
+    if (si == 0 && turn.type.rfind("in_image_", 0) == 0) {  // about exactly image k
       seq.asked_rows.push_back(anchor);
       seq.asked_image.push_back(turn.about.front());
     }

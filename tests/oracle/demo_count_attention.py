@@ -1,0 +1,109 @@
+"""Where the demo model's objects hop looks when it counts (README, "Where counting goes wrong").
+
+For every counting turn of a world file (count_*, in_image_count_*, total_shape), lays out the
+conversation up to that turn with transformers (the demo model's own chat template, gold answers
+before it), and reads layer 1's attention (the objects hop, query heads 0 and 1) from the counted
+word: the share on the word itself (taught: 1 / (n + 1) for n matching objects), on the matching
+objects' cells, on the other cells of the images asked about, and on other images' tokens.
+Grouped by n and by whether `trimkv eval --records` found the answer right.
+
+Usage (oracle environment): demo_count_attention.py MODEL_DIR WORLD.jsonl RECORDS.jsonl [OUT.json]
+"""
+import collections
+import json
+import sys
+from pathlib import Path
+
+import torch
+from transformers import AutoProcessor, Idefics3ForConditionalGeneration
+
+from demo_fixtures import messages
+
+SHAPES = ["circle", "square", "triangle", "star"]
+COLORS = ["red", "green", "blue", "yellow", "purple", "orange"]
+SIDE = 6  # visual tokens per image side (36 per image)
+
+
+def main(model_dir, world_jsonl, records, out_path=None):
+    world = Path(world_jsonl).parent
+    proc = AutoProcessor.from_pretrained(model_dir, use_fast=False)
+    model = Idefics3ForConditionalGeneration.from_pretrained(model_dir, attn_implementation="eager",
+                                                             dtype=torch.float32).eval()
+    tok = proc.tokenizer
+    image_id = tok.convert_tokens_to_ids("<image>")
+
+    def word_ids(names, plural):
+        out = {}
+        for i, name in enumerate(names):
+            for w in ([name, name + "s"] if plural else [name]):
+                t = tok.encode(" " + w, add_special_tokens=False)
+                if len(t) == 1:
+                    out[t[0]] = i
+        return out
+
+    shape_ids, color_ids = word_ids(SHAPES, True), word_ids(COLORS, False)
+    correct = {(r["id"], r["turn"]): r for r in map(json.loads, open(records))}
+    rows = []
+    for line in open(world_jsonl):
+        conv = json.loads(line)
+        for k, turn in enumerate(conv["turns"]):
+            kind = turn["type"]
+            if "count" not in kind and kind != "total_shape":
+                continue
+            msgs, images = messages(conv, world, k + 1)
+            text = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            inputs = proc(text=[text], images=[images], return_tensors="pt")
+            with torch.no_grad():
+                att = model(**inputs, output_attentions=True).attentions[1][0]  # [heads, q, k]
+            ids = inputs["input_ids"][0].tolist()
+            image_pos = [p for p, x in enumerate(ids) if x == image_id]
+            # The counted word: the question's last colour (count_color) or shape word.
+            table, attr = (color_ids, "color") if "count_color" in kind else (shape_ids, "shape")
+            anchor = max((p for p, x in enumerate(ids) if x in table and p > image_pos[-1]), default=None)
+            if anchor is None:
+                continue
+            names = COLORS if attr == "color" else SHAPES
+            about = [a - 1 for a in turn["about"]]
+            cells, n = set(), 0
+            for a in about:
+                scene = conv["scenes"][a]
+                cell = scene["size"] / SIDE
+                for o in scene["objects"]:
+                    if names.index(o[attr]) != table[ids[anchor]]:
+                        continue
+                    n += 1
+                    col = min(SIDE - 1, max(0, int((o["center"][0] + 0.5) // cell)))
+                    row = min(SIDE - 1, max(0, int((o["center"][1] + 0.5) // cell)))
+                    cells.add(image_pos[a * SIDE * SIDE + row * SIDE + col])
+            asked = {image_pos[a * SIDE * SIDE + j] for a in about for j in range(SIDE * SIDE)}
+            record = correct.get((conv["id"], k), {})
+            for head in (0, 1):
+                a = att[head, anchor]
+                rows.append({"id": conv["id"], "turn": k, "type": kind, "head": head, "n": n,
+                             "correct": record.get("correct"),
+                             "self": float(a[anchor]), "match": float(sum(a[p] for p in cells)),
+                             "other_cells": float(sum(a[p] for p in asked - cells)),
+                             "other_images": float(sum(a[p] for p in image_pos if p not in asked))})
+    if out_path:
+        Path(out_path).write_text(json.dumps(rows))
+    groups = collections.defaultdict(list)
+    for r in rows:
+        groups[(r["n"], r["correct"])].append(r)
+    print("n  right  turns  self   match  other cells  other images  (means over heads 0 and 1; taught self 1/(n+1))")
+    for key in sorted(groups, key=str):
+        g = groups[key]
+        mean = lambda f: sum(r[f] for r in g) / len(g)
+        print(f"{key[0]}  {str(key[1]):5}  {len(g) // 2:5}  {mean('self'):.3f}  {mean('match'):.3f}  "
+              f"{mean('other_cells'):.3f}        {mean('other_images'):.3f}")
+    for in_image in (True, False):
+        g = [r for r in rows if r["type"].startswith("in_image") == in_image]
+        for right in (True, False):
+            h = [r for r in g if r["correct"] == right]
+            if h:
+                print(("in-image" if in_image else "other   "), "right" if right else "wrong",
+                      f"other-image attention {sum(r['other_images'] for r in h) / len(h):.3f}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).parent))
+    main(*sys.argv[1:])
