@@ -25,6 +25,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   libtorch-dev libopenblas0-openmp   # LibTorch 1.13; OpenMP OpenBLAS (25x faster matmuls)
+  libgloo-dev                        # Gloo headers: data-parallel gate training (c10d)
   libdnnl-dev                        # oneDNN sgemm for prefill (optional in CMake)
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev
   libstb-dev                          # stb_image: PNG/JPEG/BMP/GIF decoding (vision/)

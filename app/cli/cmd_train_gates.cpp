@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "args.h"
 #include "commands.h"
+#include "rank_launcher.h"
 #include "trimkv/core/train_gates.h"
 #include "trimkv/vision/train_gates_vlm.h"
 
@@ -47,6 +49,8 @@ int cmd_train_gates(int argc, char** argv, int first) {
       ranged_int("checkpoint-every", "N", "write a checkpoint every N steps (default 100; 0 = only at the end)", 0, 100000000),
       {"resume", "", "continue from the checkpoint (same options, model and data required)"},
       threads_option("CPU threads (default: LibTorch's own; train-demo's gates use every hardware thread, pass that to reproduce them; keep it fixed across --resume)"),
+      ranged_int("nproc", "N", "data parallel: start N local ranks of this command over Gloo, the batch split between them (default 1); --threads is per rank (default: the cores / N). Across machines start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set", 1, 1024),
+      ranged_real("dist-timeout", "S", "data parallel: seconds a rank waits for the others (joining, and at each step) before failing (default 1800)", 1, 1e7),
       {"json", "", "print progress as one JSON object per step"},
       {"help", "", "show this help"},
   };
@@ -55,7 +59,31 @@ int cmd_train_gates(int argc, char** argv, int first) {
     std::cout << Args::usage("train-gates", "Train retention gates (TrimKV / DBTrimKV) on a frozen model.", specs);
     return 0;
   }
+  const int nproc = args.get_int("nproc", 1);
+  DataParallelOptions parallel = data_parallel_from_environment();
+  parallel.timeout_s = args.get_double("dist-timeout", parallel.timeout_s);
+  if (nproc > 1) {
+    if (parallel.world_size > 1)
+      throw UsageError("--nproc starts its own ranks: drop it, or unset WORLD_SIZE and RANK");
+    for (const char* required : {"model", "data", "out"}) args.require(required);  // before any rank starts
+    // The ranks get this command line without --nproc, and a share of the cores each.
+    std::vector<std::string> rank_args = {argv[first - 1]};
+    for (int i = first; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--nproc") ++i;
+      else if (a.rfind("--nproc=", 0) != 0) rank_args.push_back(a);
+    }
+    if (!args.has("threads")) {
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      rank_args.insert(rank_args.end(), {"--threads", std::to_string(std::max(1, cores / nproc))});
+    }
+    return launch_local_ranks(nproc, rank_args, std::cerr);
+  }
+  // Ranks other than 0 train silently (rank 0 reports the summed figures) and report only errors.
+  const bool reporting = parallel.rank == 0;
+
   TrainOptions o;
+  o.parallel = parallel;
   o.model_dir = args.require("model");
   o.data_path = args.require("data");
   o.out_path = args.require("out");
@@ -86,16 +114,23 @@ int cmd_train_gates(int argc, char** argv, int first) {
 
   g_stop.store(false);
   std::signal(SIGINT, on_sigint_train);
-  auto on_warning = [](const std::string& w) { std::cerr << "warning: " << w << "\n"; };
+  auto on_warning = [&](const std::string& w) {
+    if (reporting) std::cerr << "warning: " << w << "\n";
+  };
   auto on_setup = [&](const TrainSetup& s) {
+    if (!reporting) return;
     std::cerr << "train-gates: " << s.n_samples << " sequences from " << s.n_lines << " lines ("
               << s.n_warnings << " skipped or altered), " << gate_kind_name(o.kind) << " gates with "
               << s.gate_parameters << " parameters, budget " << o.budget << " per head ("
               << capacity_mode_name(o.capacity) << "), " << o.steps << " steps"
               << (o.resume ? ", resuming" : "")
+              << (parallel.world_size > 1 ? ", data parallel over " + std::to_string(parallel.world_size) +
+                                                " ranks (batch " + std::to_string(o.batch) + " in all)"
+                                          : std::string())
               << (s.chat_template ? "; conversations laid out with the model's chat template" : "") << "\n";
   };
   auto on_progress = [&](const TrainProgress& p) {
+    if (!reporting) return;
     if (json) {
       nlohmann::json j = {{"step", p.step},       {"steps", p.total_steps}, {"loss", p.loss},
                           {"nll", p.nll},         {"kl", p.kl},             {"cap", p.cap},
@@ -119,7 +154,8 @@ int cmd_train_gates(int argc, char** argv, int first) {
   };
   const TrainResult r = vision::train_gates_vlm(o, on_warning, on_setup, on_progress, &g_stop);
   std::signal(SIGINT, SIG_DFL);
-  if (tty && !json) std::cerr << "\n";
+  if (tty && !json && reporting) std::cerr << "\n";
+  if (!reporting) return r.interrupted ? 130 : 0;
   if (r.interrupted) {
     std::cerr << "train-gates: interrupted at step " << r.steps_done << "; checkpoint written to '"
               << r.checkpoint_path << "' (continue with the same options and --resume)\n";

@@ -1,13 +1,16 @@
 // Gate training (METHOD.md §3): the loss against a direct Python implementation, its gradient by
 // finite differences, the trainer (only gates change, the loss and S^g drop, resume is exact)
-// and the dataset's handling of bad lines. Oracle: tests/oracle/gate_fixtures.py.
+// and the dataset's handling of bad lines; data-parallel training against one process. Oracle: tests/oracle/gate_fixtures.py.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "test_util.h"
+#include "trimkv/core/data_parallel.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 #include "trimkv/core/gate_training.h"
@@ -442,4 +445,149 @@ TEST_CASE("The tensor buffer cache reuses freed buffers and changes no number", 
     CHECK(at::equal(plain[i], cached[i]));
     CHECK(at::equal(plain[i], again[i]));
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data parallel (data_parallel.h): ranks as threads of this process, each with its own group.
+
+namespace {
+
+struct RankRun {
+  TrainResult result;
+  std::vector<at::Tensor> gates;
+};
+
+// Trains `o` as `ranks` data-parallel ranks (threads; one process when ranks == 1). stop_at > 0:
+// rank 0 alone asks to stop after that step (the ranks agree on it).
+std::vector<RankRun> run_ranks(const TextModel& m, const Dataset& ds, TrainOptions o, int ranks, int64_t stop_at = 0) {
+  std::vector<RankRun> out(ranks);
+  if (ranks == 1) {
+    std::atomic<bool> stop{false};
+    GateTrainer t(m, ds, o);
+    out[0].result = t.run([&](const TrainProgress& p) { stop = p.step == stop_at; }, &stop);
+    for (const auto& p : t.gates().named_tensors()) out[0].gates.push_back(p.tensor.detach().clone());
+    return out;
+  }
+  o.parallel.world_size = ranks;
+  o.parallel.master_port = free_local_port();
+  o.parallel.timeout_s = 60;
+  std::vector<std::string> errors(ranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        TrainOptions ro = o;
+        ro.parallel.rank = r;
+        DataParallelGroup group(ro.parallel);
+        std::atomic<bool> stop{false};
+        GateTrainer t(m, ds, ro, nullptr, &group);
+        out[r].result = t.run([&](const TrainProgress& p) { stop = r == 0 && p.step == stop_at; }, &stop);
+        for (const auto& p : t.gates().named_tensors()) out[r].gates.push_back(p.tensor.detach().clone());
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < ranks; ++r) {
+    CAPTURE(r);
+    REQUIRE(errors[r].empty());
+  }
+  return out;
+}
+
+double max_gate_diff(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (a[i] - b[i]).abs().max().item<double>());
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("Data parallel: 2 and 3 ranks give the gates of one process with the same global batch",
+          "[training][parallel]") {
+  REQUIRE(data_parallel_available());
+  test::ScratchDir dir("train-dp");
+  const std::string data = write_synthetic_data(dir, 7, 20, 5);
+  TrainOptions o = small_run(dir, data);
+  o.batch = 3;  // 3 over 2 ranks: uneven shares; the cursor crosses epochs
+  TextModel m = load_text_model(o.model_dir);
+  Dataset ds = load_dataset(data, m, {});
+  o.out_path = dir.file("one.safetensors");
+  const auto one = run_ranks(m, ds, o, 1);
+  for (int ranks : {2, 3}) {
+    CAPTURE(ranks);
+    o.out_path = dir.file("dp" + std::to_string(ranks) + ".safetensors");
+    const auto dp = run_ranks(m, ds, o, ranks);
+    for (int r = 0; r < ranks; ++r) {
+      REQUIRE(dp[r].result.steps_done == o.steps);
+      REQUIRE(max_gate_diff(dp[r].gates, one[0].gates) < 1e-5);
+      REQUIRE(max_gate_diff(dp[r].gates, dp[0].gates) == 0);  // the ranks hold the same bits
+      for (size_t i = 0; i < one[0].result.losses.size(); ++i)
+        REQUIRE(dp[r].result.losses[i] == Approx(one[0].result.losses[i]).epsilon(1e-6));
+    }
+    // Only rank 0 wrote files; its gates file holds what the ranks trained.
+    REQUIRE(dp[0].result.out_path == o.out_path);
+    REQUIRE(dp[1].result.out_path.empty());
+    RetentionGates written = load_gates(o.out_path);
+    std::vector<at::Tensor> w;
+    for (const auto& p : written.named_tensors()) w.push_back(p.tensor);
+    REQUIRE(max_gate_diff(w, dp[0].gates) == 0);
+  }
+}
+
+TEST_CASE("Data parallel: a checkpoint resumes with another world size", "[training][parallel]") {
+  test::ScratchDir dir("train-dp-resume");
+  const std::string data = write_synthetic_data(dir, 5, 20, 6);
+  TrainOptions o = small_run(dir, data);
+  o.batch = 2;
+  TextModel m = load_text_model(o.model_dir);
+  Dataset ds = load_dataset(data, m, {});
+  o.out_path = dir.file("straight.safetensors");
+  const auto straight = run_ranks(m, ds, o, 1);
+  for (auto [first, second] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    CAPTURE(first, second);
+    o.out_path = dir.file("resumed.safetensors");
+    o.checkpoint_path = dir.file("resumed-" + std::to_string(first) + ".ckpt");
+    o.resume = false;
+    const auto part = run_ranks(m, ds, o, first, 3);  // rank 0 asks to stop after step 3
+    for (const auto& r : part) {
+      REQUIRE(r.result.interrupted);
+      REQUIRE(r.result.steps_done == 3);
+    }
+    o.resume = true;
+    const auto rest = run_ranks(m, ds, o, second);
+    for (const auto& r : rest) {
+      REQUIRE(r.result.steps_done == o.steps);
+      REQUIRE(max_gate_diff(r.gates, straight[0].gates) < 1e-5);
+      for (size_t i = 0; i < r.result.losses.size(); ++i)
+        REQUIRE(r.result.losses[i] == Approx(straight[0].result.losses[3 + i]).epsilon(1e-6));
+    }
+  }
+}
+
+TEST_CASE("Data parallel: bad groups and a rank that never comes are clear errors", "[training][parallel]") {
+  DataParallelOptions o;
+  o.world_size = 2;
+  o.rank = 2;
+  REQUIRE_THROWS_WITH(DataParallelGroup(o), Catch::Contains("rank 2 is outside 0..1"));
+  o.rank = 0;
+  o.world_size = 1;
+  REQUIRE_THROWS_WITH(DataParallelGroup(o), Catch::Contains("at least 2 ranks"));
+  o.world_size = 2;
+  o.master_port = 70000;
+  REQUIRE_THROWS_WITH(DataParallelGroup(o), Catch::Contains("master port 70000"));
+  // Rank 0 alone: its peer never arrives; the wait ends at the timeout with an error naming it.
+  o.master_port = free_local_port();
+  o.timeout_s = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    DataParallelGroup g(o);
+    FAIL("a group of 2 formed with one rank");
+  } catch (const Error& e) {
+    REQUIRE(e.kind() == ErrorKind::Io);
+    REQUIRE_THAT(std::string(e.what()), Catch::Contains("could not join the group at 127.0.0.1:" +
+                                                        std::to_string(o.master_port)));
+  }
+  REQUIRE(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
 }

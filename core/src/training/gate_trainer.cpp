@@ -18,6 +18,7 @@
 
 #include "trimkv/core/adamw.h"
 #include "fnv1a.h"
+#include "trimkv/core/data_parallel.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_file.h"
 #include "trimkv/core/gate_training.h"
@@ -39,6 +40,7 @@ struct GateTrainer::Impl {
   const TextModel* model = nullptr;
   const Dataset* data = nullptr;
   const SampleMediaEncoder* media = nullptr;
+  DataParallelGroup* group = nullptr;  // null: one process
   TrainOptions opt;
   std::unique_ptr<RetentionGates> gates;
   std::vector<GateParameter> params;
@@ -77,12 +79,13 @@ struct GateTrainer::Impl {
 };
 
 GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptions options,
-                         const SampleMediaEncoder* media)
+                         const SampleMediaEncoder* media, DataParallelGroup* group)
     : m_impl(std::make_unique<Impl>()) {
   Impl& I = *m_impl;
   I.model = &model;
   I.data = &data;
   I.media = media;
+  I.group = group;
   I.opt = std::move(options);
   TrainOptions& o = I.opt;
   TRIMKV_CHECK(o.steps > 0, Input, "--steps must be > 0, got ", o.steps);
@@ -94,6 +97,8 @@ GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptio
   TRIMKV_CHECK(o.clip > 0, Input, "--clip must be > 0, got ", o.clip);
   TRIMKV_CHECK(o.gate_hidden > 0, Input, "--gate-hidden must be > 0, got ", o.gate_hidden);
   TRIMKV_CHECK(!data.samples.empty(), Input, "the dataset has no usable sample");
+  TRIMKV_CHECK(!group || o.batch >= group->size(), Input, "--batch ", o.batch, " is smaller than the ",
+               group ? group->size() : 1, " data-parallel ranks: every rank needs a sequence per step");
   if (o.warmup < 0) o.warmup = o.steps / 20;
   if (o.checkpoint_path.empty()) o.checkpoint_path = o.out_path + ".ckpt";
 
@@ -225,17 +230,27 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
     save_checkpoint(o.checkpoint_path);
     result.checkpoint_path = o.checkpoint_path;
   };
+  // Data parallel: rank r computes the batch's sequences b with b % ranks == r; the gradients and
+  // the step's figures are summed over the ranks, so every rank takes the same step a single
+  // process would (up to the order of float additions), and rank 0 writes the files.
+  const int ranks = I.group ? I.group->size() : 1;
+  const int rank = I.group ? I.group->rank() : 0;
   while (I.step < o.steps) {
-    if (cancel && cancel->load()) {
-      save();
+    bool stop = cancel && cancel->load();
+    if (I.group) stop = I.group->any(stop, "the stop flag before step " + std::to_string(I.step + 1));
+    if (stop) {
+      if (rank == 0) save();
       result.interrupted = true;
       break;
     }
     const double lr = lr_at(I.step + 1);
     I.adam->zero_grad();
     TrainProgress pr;
-    for (int64_t b = 0; b < o.batch; ++b) {
-      TrainingSample sample = I.sample_at(I.cursor++);
+    const int64_t first = I.cursor;
+    I.cursor += o.batch;
+    int64_t step_tokens = 0;
+    for (int64_t b = rank; b < o.batch; b += ranks) {
+      TrainingSample sample = I.sample_at(first + b);
       at::Tensor x;
       if (!sample.images.empty()) {
         TRIMKV_CHECK(I.media, Input, "dataset line ", sample.line, " has images but the model has no vision tower");
@@ -259,8 +274,21 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
       pr.kl += L.kl.item<double>() / o.batch;
       pr.cap += L.cap.item<double>() / o.batch;
       pr.capacity_ratio += L.capacity.select(2, n - 1).sum().item<double>() / m_global / o.batch;
-      tokens += n;
+      step_tokens += n;
     }
+    if (I.group) {
+      const std::string step_name = "step " + std::to_string(I.step + 1) + "'s ";
+      std::vector<at::Tensor> grads;
+      for (const auto& p : I.params) grads.push_back(p.tensor.grad());
+      I.group->all_reduce_sum(grads, step_name + "gate gradients");
+      at::Tensor figures = at::tensor(std::vector<double>{pr.loss, pr.nll, pr.kl, pr.cap, pr.capacity_ratio,
+                                                          static_cast<double>(step_tokens)}, at::kDouble);
+      I.group->all_reduce_sum({figures}, step_name + "loss figures");
+      const auto f = figures.accessor<double, 1>();
+      pr.loss = f[0], pr.nll = f[1], pr.kl = f[2], pr.cap = f[3], pr.capacity_ratio = f[4];
+      step_tokens = static_cast<int64_t>(f[5]);
+    }
+    tokens += step_tokens;
     I.check_only_gates_have_grad();
     pr.grad_norm = I.adam->step(lr);
     ++I.step;
@@ -274,13 +302,13 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
     pr.tokens_per_s = elapsed > 0 ? tokens / elapsed : 0;
     pr.eta_s = elapsed / steps_this_run * static_cast<double>(o.steps - I.step);
     if (o.checkpoint_every > 0 && I.step % o.checkpoint_every == 0 && I.step < o.steps) {
-      save();
+      if (rank == 0) save();
       pr.checkpointed = true;
     }
     if (on_progress) on_progress(pr);
   }
   result.steps_done = I.step;
-  if (!result.interrupted) {
+  if (!result.interrupted && rank == 0) {
     save();
     std::map<std::string, std::string> meta = {
         {"trained_steps", std::to_string(I.step)},

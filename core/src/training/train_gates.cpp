@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include "trimkv/core/cpu_tuning.h"
+#include "trimkv/core/data_parallel.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
 #include "trimkv/core/text_model.h"
@@ -28,6 +29,9 @@ TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* med
                            const std::function<void(const TrainProgress&)>& on_progress,
                            const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
+  // The ranks meet before the data is read, so that one failing to read it stops the others.
+  std::unique_ptr<DataParallelGroup> group;
+  if (options.parallel.world_size > 1) group = std::make_unique<DataParallelGroup>(options.parallel);
   DatasetOptions dopt;
   dopt.max_len = options.max_len;
   dopt.has_vision = media != nullptr;
@@ -35,7 +39,7 @@ TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* med
   const Dataset data = load_dataset(options.data_path, model, dopt);
   if (on_warning)
     for (const auto& w : data.warnings) on_warning(w);
-  GateTrainer trainer(model, data, options, media);
+  GateTrainer trainer(model, data, options, media, group.get());
   if (on_setup) {
     TrainSetup s;
     s.n_samples = static_cast<int64_t>(data.samples.size());

@@ -30,6 +30,8 @@
 
 namespace trimkv {
 
+class DataParallelGroup;
+
 // ---------------------------------------------------------------------------------------------
 // The loss, as functions (tested against a Python implementation and by finite differences).
 
@@ -153,8 +155,12 @@ class GateTrainer {
  public:
   // Loads nothing itself: `model`, `data` and `media` (null for text models) are borrowed and
   // must outlive the trainer. Samples with images need `media`.
+  // With `group` (data_parallel.h; borrowed) this process is one rank of a data-parallel run:
+  // options.batch is the global batch, each rank computes its share, and only rank 0 writes
+  // checkpoints and the gates file; --resume reads the checkpoint on every rank (a shared
+  // folder), whatever the world size that wrote it.
   GateTrainer(const TextModel& model, const Dataset& data, TrainOptions options,
-              const SampleMediaEncoder* media = nullptr);
+              const SampleMediaEncoder* media = nullptr, DataParallelGroup* group = nullptr);
   ~GateTrainer();
 
   // Starts fresh, or continues from options.checkpoint_path when options.resume (refused with

@@ -12,6 +12,17 @@
 
 namespace trimkv {
 
+// Data-parallel training (data_parallel.h): this process is rank `rank` of `world_size`, meeting
+// the others at master_addr:master_port (rank 0 serves the rendezvous there). Each rank computes
+// its share of every step's batch; the gate gradients are summed over the ranks before the step.
+struct DataParallelOptions {
+  int rank = 0;
+  int world_size = 1;  // 1: one process, no group
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  double timeout_s = 1800;  // the rendezvous, or one collective, waiting longer fails
+};
+
 struct TrainOptions {
   std::string model_dir;
   std::string data_path;
@@ -37,6 +48,7 @@ struct TrainOptions {
   int64_t checkpoint_every = 100;  // 0 = only at the end / on interrupt
   bool resume = false;
   int threads = 0;              // CPU threads (0 = library default); keep it fixed across a resume
+  DataParallelOptions parallel; // world_size > 1: `batch` is the global batch, split over the ranks
 };
 
 struct TrainProgress {

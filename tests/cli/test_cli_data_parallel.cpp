@@ -1,0 +1,123 @@
+// `trimkv train-gates --nproc N` and ranks joined through RANK / WORLD_SIZE / MASTER_*: the
+// launcher's ranks train what one process trains, Ctrl-C checkpoints every rank's run, and a
+// killed rank stops the others with an error naming it instead of a hang.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <regex>
+#include <thread>
+
+#include "cli_runner.h"
+#include "test_util.h"
+#include "trimkv/core/gate_file.h"
+
+using namespace trimkv;
+using trimkv::test::CliRun;
+using trimkv::test::run_cli;
+
+namespace {
+
+std::string write_ids_data(const test::ScratchDir& dir) {
+  std::mt19937 rng(11);
+  std::string text;
+  for (int i = 0; i < 6; ++i) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (int t = 0; t < 24; ++t) ids.push_back(3 + static_cast<int>(rng() % 300));
+    text += nlohmann::json{{"ids", ids}}.dump() + "\n";
+  }
+  test::write_text(dir.file("data.jsonl"), text);
+  return dir.file("data.jsonl");
+}
+
+std::vector<std::string> train_args(const std::string& data, const std::string& out, const std::string& steps) {
+  return {"train-gates", "--model", test::model_dir("llama_gqa"), "--data", data, "--out", out,
+          "--gate-hidden", "16", "--budget", "4", "--steps", steps, "--batch", "4", "--lr", "0.05",
+          "--max-len", "64", "--seed", "2", "--threads", "1"};
+}
+
+double max_diff(const std::string& a, const std::string& b) {
+  const RetentionGates ga = load_gates(a), gb = load_gates(b);
+  double d = 0;
+  for (size_t i = 0; i < ga.named_tensors().size(); ++i)
+    d = std::max(d, (ga.named_tensors()[i].tensor - gb.named_tensors()[i].tensor).abs().max().item<double>());
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("train-gates --nproc 2 trains the gates of one process; bad rank variables are named",
+          "[cli][parallel]") {
+  test::ScratchDir dir("cli-dp");
+  const std::string data = write_ids_data(dir);
+  const CliRun one = run_cli(train_args(data, dir.file("one.safetensors"), "8"));
+  REQUIRE(one.code == 0);
+  auto args = train_args(data, dir.file("two.safetensors"), "8");
+  args.insert(args.end(), {"--nproc", "2"});
+  const CliRun two = run_cli(args);
+  CAPTURE(two.err);
+  REQUIRE(two.code == 0);
+  REQUIRE_THAT(two.err, Catch::Contains("2 local ranks on 127.0.0.1:"));
+  REQUIRE_THAT(two.err, Catch::Contains("data parallel over 2 ranks (batch 4 in all)"));
+  REQUIRE(max_diff(dir.file("one.safetensors"), dir.file("two.safetensors")) < 1e-5);
+
+  // Environment errors name the variable; --nproc inside a launched rank is refused.
+  setenv("WORLD_SIZE", "two", 1);
+  test::require_clean_error(run_cli(train_args(data, dir.file("x.safetensors"), "1")),
+                            "environment variable WORLD_SIZE='two' is not an integer");
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("RANK", "5", 1);
+  test::require_clean_error(run_cli(train_args(data, dir.file("x.safetensors"), "1")), "RANK='5'");
+  unsetenv("RANK");
+  args = train_args(data, dir.file("x.safetensors"), "1");
+  args.insert(args.end(), {"--nproc", "2"});
+  test::require_clean_error(run_cli(args), "--nproc starts its own ranks");
+  unsetenv("WORLD_SIZE");
+
+}
+
+TEST_CASE("train-gates --nproc 2: a rank killed stops the other with an error naming the lost peer",
+          "[cli][parallel]") {
+  test::ScratchDir dir("cli-dp-kill");
+  auto args = train_args(write_ids_data(dir), dir.file("k.safetensors"), "100000000");
+  args.insert(args.end(), {"--nproc", "2"});
+  pid_t rank1 = 0;
+  // Once the pids are printed and step 3 is done, rank 1 gets SIGKILL; the launcher itself gets
+  // signal 0 (nothing) and must then exit on its own within 20 s.
+  const auto r = test::run_cli_signalled(args, "", 0, [&](const std::string&, const std::string& err) {
+    std::smatch m;
+    if (rank1 == 0 && std::regex_search(err, m, std::regex("\\(pids ([0-9]+) ([0-9]+)\\)")))
+      rank1 = static_cast<pid_t>(std::stoi(m[2]));
+    if (rank1 == 0 || err.find("] 3/") == std::string::npos) return false;
+    kill(rank1, SIGKILL);
+    return true;
+  });
+  CAPTURE(r.err);
+  REQUIRE(r.code == 128 + SIGKILL);
+  REQUIRE_THAT(r.err, Catch::Contains("rank 1 (pid " + std::to_string(rank1) + ") was killed by signal 9"));
+  REQUIRE_THAT(r.err, Catch::Contains("data-parallel rank 0 of 2: the sum of step"));
+  REQUIRE_THAT(r.err, Catch::Contains("another rank stopped, was killed or did not answer"));
+  REQUIRE_THAT(r.err, !Catch::Contains("terminate called"));
+}
+
+TEST_CASE("train-gates --nproc 2: Ctrl-C stops every rank at one step and rank 0 writes the checkpoint",
+          "[cli][parallel]") {
+  test::ScratchDir dir("cli-dp-int");
+  auto args = train_args(write_ids_data(dir), dir.file("i.safetensors"), "100000000");
+  args.insert(args.end(), {"--nproc", "2", "--checkpoint", dir.file("i.ckpt")});
+  const auto r = test::run_cli_signalled(args, "", SIGINT, [](const std::string&, const std::string& err) {
+    return err.find("] 3/") != std::string::npos;
+  });
+  CAPTURE(r.err);
+  REQUIRE(r.code == 130);
+  REQUIRE_THAT(r.err, Catch::Contains("train-gates: interrupted at step"));
+  REQUIRE_THAT(r.err, Catch::Contains("checkpoint written to '" + dir.file("i.ckpt") + "'"));
+  REQUIRE(std::filesystem::exists(dir.file("i.ckpt")));
+  REQUIRE_FALSE(std::filesystem::exists(dir.file("i.safetensors")));
+}
