@@ -30,7 +30,7 @@ else
   "$root/packaging/setup.sh" >/dev/null
 fi
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRIMKV_SANITIZE="$sanitize" \
-  -DTRIMKV_WITH_CUDA=OFF >/dev/null
+  -DTRIMKV_CUDA=OFF >/dev/null
 cmake --build "$build" -j"$(nproc)"
 # LibTorch's own allocations at exit are not ours to fix: leak checking off; everything else halts.
 export ASAN_OPTIONS="detect_leaks=0:halt_on_error=1:abort_on_error=1:detect_odr_violation=0"

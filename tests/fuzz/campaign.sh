@@ -22,7 +22,7 @@ done
 # LibTorch is built against GCC's OpenMP (libgomp): clang uses it too, not its own libomp.
 gomp="$(g++ -print-file-name=libgomp.so)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DTRIMKV_FUZZ=ON -DTRIMKV_BUILD_GUI=OFF -DTRIMKV_WITH_CUDA=OFF \
+  -DTRIMKV_FUZZ=ON -DTRIMKV_BUILD_GUI=OFF -DTRIMKV_CUDA=OFF \
   -DOpenMP_CXX_FLAGS=-fopenmp=libgomp -DOpenMP_CXX_LIB_NAMES=gomp -DOpenMP_gomp_LIBRARY="$gomp" >/dev/null || exit 1
 cmake --build "$build" --target $(printf 'fuzz_%s ' "${targets[@]}") -j"$(nproc)" || exit 1
 
