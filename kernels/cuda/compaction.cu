@@ -31,7 +31,11 @@ __global__ void move_rows(DeviceCompaction c, T* k_scratch, T* v_scratch, bool t
   const int h = stream_of(c.keep_offsets, c.n_kv_head, i);
   const int32_t* table = c.tables + c.table_offsets[h];
   const int r0 = c.first_rows ? c.first_rows[h] : 0;
-  const int64_t entry = to_scratch ? c.keep[i] : i - c.keep_offsets[h];
+  const int64_t rank = i - c.keep_offsets[h];  // where the entry goes
+  const int64_t from = c.keep[i];
+  // A row already in place stays: only this rank writes its position, and no other reads it.
+  if (from == rank) return;
+  const int64_t entry = to_scratch ? from : rank;
   const int64_t row = pool_row(table, r0, entry, c.block_size, c.head_dim);
   T* kp = static_cast<T*>(c.k_pool);
   T* vp = static_cast<T*>(c.v_pool);

@@ -1,6 +1,6 @@
 // Paged attention on the GPU (cuda_kernels.h): split-K partials, a merge pass, attention sums.
 //
-// Pass 1, one block per (KV head g, split s, query row): the split's visible entries are read
+// Pass 1, one block per (query row, split s, KV head g): the split's visible entries are read
 // tile by tile (kTile entries, K and V widened to float in shared memory, each entry's row found
 // through g's block table), and every query head of g's GQA group runs an online softmax over
 // them (warp w takes heads w, w + kWarps, ...; lane j scores entry j of the tile; each lane keeps
@@ -41,7 +41,7 @@ __device__ __forceinline__ int visible_entries(int len, int n_q, int row) { retu
 template <typename T>
 __global__ void __launch_bounds__(kThreads) attention_splits(Pass1 a) {
   const DeviceAttentionParams& p = a.p;
-  const int g = blockIdx.x, s = blockIdx.y, row = blockIdx.z;
+  const int row = blockIdx.x, s = blockIdx.y, g = blockIdx.z;
   const int d = p.kv.head_dim, ds = d + 1;  // shared rows padded by one: lanes reading a column hit distinct banks
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   extern __shared__ float smem[];
@@ -196,7 +196,7 @@ void launch_pass1(const Pass1& a, size_t smem, cudaStream_t stream) {
     check(cudaFuncSetAttribute(attention_splits<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(smem)),
           "paged attention: shared memory");
-  const dim3 grid(a.p.kv.n_kv_head, a.n_splits, a.p.n_q);
+  const dim3 grid(a.p.n_q, a.n_splits, a.p.kv.n_kv_head);  // rows in x: up to 2^31 - 1
   attention_splits<T><<<grid, kThreads, smem, stream>>>(a);
   check_launch("paged attention (splits)");
 }
@@ -212,9 +212,10 @@ void launch_sums(const DeviceAttentionParams& p, int group, const float* lse, cu
 
 void paged_attention(const DeviceAttentionParams& p) {
   const DevicePagedKv& kv = p.kv;
-  if (kv.n_kv_head <= 0 || p.n_head % kv.n_kv_head != 0)
+  if (kv.n_kv_head <= 0 || kv.n_kv_head > 65535 || p.n_head <= 0 || p.n_head % kv.n_kv_head != 0)
     throw std::invalid_argument("cuda paged_attention: n_head " + std::to_string(p.n_head) +
-                                " is not a positive multiple of n_kv_head " + std::to_string(kv.n_kv_head));
+                                " is not a positive multiple of n_kv_head " + std::to_string(kv.n_kv_head) +
+                                " (1..65535)");
   const int group = p.n_head / kv.n_kv_head;
   if (group > kWarps * kMaxHeadsPerWarp || kv.head_dim <= 0 || kv.head_dim > 32 * kMaxDimPerLane)
     throw std::invalid_argument("cuda paged_attention: GQA group " + std::to_string(group) + " (at most 16) or head_dim " +
@@ -231,6 +232,7 @@ void paged_attention(const DeviceAttentionParams& p) {
     const int64_t most = std::max<int64_t>(1, (kv.max_length + 2 * kTile - 1) / (2 * kTile));
     n_splits = static_cast<int>(std::min(want, most));
   }
+  n_splits = static_cast<int>(std::min<int64_t>({n_splits, 65535, std::max<int32_t>(1, kv.max_length)}));
   Pass1 a;
   a.p = p;
   a.group = group;

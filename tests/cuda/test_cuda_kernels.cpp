@@ -106,7 +106,8 @@ struct DeviceCache {
     const auto* p = static_cast<const uint8_t*>(t.data_ptr());
     return std::vector<uint8_t>(p, p + t.numel() * t.element_size());
   }
-  explicit DeviceCache(const HostCache& c, std::vector<int64_t> host_offsets = {})
+  // null_first_rows: the view passes no first_rows (every head starts at row 0 of its block).
+  explicit DeviceCache(const HostCache& c, bool null_first_rows = false, std::vector<int64_t> host_offsets = {})
       : k(bytes(c.k)), v(bytes(c.v)), tables(concat(c, host_offsets)), lengths(c.lengths),
         first_rows(c.first_rows), offsets(host_offsets) {
     kv.k_pool = k.get();
@@ -118,7 +119,7 @@ struct DeviceCache {
     kv.tables = tables.get();
     kv.table_offsets = offsets.get();
     kv.lengths = lengths.get();
-    kv.first_rows = first_rows.get();
+    kv.first_rows = null_first_rows ? nullptr : first_rows.get();
     kv.max_length = *std::max_element(c.lengths.begin(), c.lengths.end());
   }
 };
@@ -137,7 +138,10 @@ void check_attention(const AttentionCase& t, uint32_t seed) {
   std::vector<int32_t> lengths = t.lengths;
   for (auto& l : lengths)
     if (l > 0) l = std::max(l, t.n_q);
-  const HostCache c = make_cache(rng, lengths, t.block_size, t.head_dim, t.dtype, true);
+  // Odd seeds: heads start at random rows of their first block; even seeds: at row 0, given to the
+  // kernel as a null first_rows.
+  const bool offsets = seed % 2 == 1;
+  const HostCache c = make_cache(rng, lengths, t.block_size, t.head_dim, t.dtype, offsets);
   const int n_head = c.n_kv_head * t.group;
   at::manual_seed(seed);
   const at::Tensor q = at::randn({t.n_q, n_head, t.head_dim});
@@ -145,7 +149,7 @@ void check_attention(const AttentionCase& t, uint32_t seed) {
   std::vector<const int32_t*> ptrs;
   const PagedAttentionOutput ref = paged_attention_with_stats(q, c.view(ptrs), scale);
 
-  const DeviceCache dc(c);
+  const DeviceCache dc(c, !offsets);
   const int32_t max_len = dc.kv.max_length;
   DeviceBuffer<float> dq(std::vector<float>(q.data_ptr<float>(), q.data_ptr<float>() + q.numel()));
   DeviceBuffer<float> out(static_cast<size_t>(q.numel()));
@@ -154,9 +158,9 @@ void check_attention(const AttentionCase& t, uint32_t seed) {
   p.q = dq.get();
   p.q_row_stride = static_cast<int64_t>(n_head) * t.head_dim;
   p.q_head_stride = t.head_dim;
-  p.out = out.get();
-  p.out_row_stride = p.q_row_stride;
-  p.out_head_stride = t.head_dim;
+  p.out = out.get();  // head-major [n_head, n_q, head_dim]: other strides than q's
+  p.out_row_stride = t.head_dim;
+  p.out_head_stride = static_cast<int64_t>(t.n_q) * t.head_dim;
   p.n_q = t.n_q;
   p.n_head = n_head;
   p.scale = static_cast<float>(scale);
@@ -166,7 +170,8 @@ void check_attention(const AttentionCase& t, uint32_t seed) {
   p.n_splits = t.n_splits;
   cuda::paged_attention(p);
   const std::vector<float> got = out.host();
-  const float* want = ref.out.data_ptr<float>();
+  const at::Tensor want_t = ref.out.transpose(0, 1).contiguous();  // head-major as requested
+  const float* want = want_t.data_ptr<float>();
   double worst = 0;
   for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, static_cast<double>(std::fabs(got[i] - want[i])));
   CHECK(worst < 2e-5);
@@ -220,7 +225,7 @@ TEST_CASE("CUDA compaction moves each head's kept rows to its front, bit for bit
           if (rng() % 3 != 0 || round == 3) keep.push_back(e);  // round 3: keep everything
         keep_offsets.push_back(static_cast<int64_t>(keep.size()));
       }
-      DeviceCache dc(c);
+      DeviceCache dc(c, round % 2 == 0);  // even rounds: no offsets, null first_rows
       DeviceBuffer<int32_t> dkeep(keep.empty() ? std::vector<int32_t>{0} : keep);
       DeviceBuffer<int64_t> doff(keep_offsets);
       cuda::DeviceCompaction cp;
@@ -232,7 +237,7 @@ TEST_CASE("CUDA compaction moves each head's kept rows to its front, bit for bit
       cp.n_kv_head = c.n_kv_head;
       cp.tables = dc.tables.get();
       cp.table_offsets = dc.offsets.get();
-      cp.first_rows = dc.first_rows.get();
+      cp.first_rows = dc.kv.first_rows;
       cp.keep = dkeep.get();
       cp.keep_offsets = doff.get();
       cp.total_kept = keep_offsets.back();
@@ -241,13 +246,17 @@ TEST_CASE("CUDA compaction moves each head's kept rows to its front, bit for bit
       const size_t row_bytes = 64 * c.k.element_size();
       const auto* k0 = static_cast<const uint8_t*>(c.k.data_ptr());
       const auto* v0 = static_cast<const uint8_t*>(c.v.data_ptr());
+      std::vector<char> written(k.size(), 0);
       for (int h = 0; h < c.n_kv_head; ++h)
         for (int64_t i = keep_offsets[h]; i < keep_offsets[h + 1]; ++i) {
           const size_t to = c.row_offset(h, i - keep_offsets[h]) * c.k.element_size();
           const size_t from = c.row_offset(h, keep[i]) * c.k.element_size();
           REQUIRE(std::memcmp(k.data() + to, k0 + from, row_bytes) == 0);
           REQUIRE(std::memcmp(v.data() + to, v0 + from, row_bytes) == 0);
+          std::fill(written.begin() + to, written.begin() + to + row_bytes, 1);
         }
+      for (size_t b = 0; b < k.size(); ++b)  // every other byte of both pools is as it was
+        if (!written[b]) REQUIRE((k[b] == k0[b] && v[b] == v0[b]));
       CHECK(cuda::blocks_after_compaction(c.first_rows[5], keep_offsets[6] - keep_offsets[5], 16) ==
             (c.first_rows[5] + keep_offsets[6] - keep_offsets[5] + 15) / 16);
     }
@@ -361,14 +370,31 @@ TEST_CASE("CUDA scores equal core's formula bit for bit; every selection mode eq
     e.n_streams = h.n_streams;
     e.total = total;
     const int64_t q = 800;
+    const int32_t recent = round < 6 ? 30 : 600;  // tokens run up to max_len + 4
+    // Lookahead 1: one product, rounded (bit for bit); 3: log / expm1 of the device's library.
+    cuda::retention_scores(e, q, 1, scores.get());
+    const std::vector<float> one = scores.host();
+    cuda::retention_scores(e, q, 3, scores.get());
+    const std::vector<float> three = scores.host();
+    for (int64_t i = 0; i < total; ++i) {
+      const float lbi = h.log_beta[i];
+      if (lbi == 0.0f) {
+        REQUIRE((std::isinf(one[i]) && std::isinf(three[i])));
+        continue;
+      }
+      REQUIRE(one[i] == static_cast<float>(q - h.token[i]) * lbi);
+      const auto l1m = [](float x) { return x > -0.6931472f ? std::log(-std::expm1(x)) : std::log1p(-std::exp(x)); };
+      const float ref3 = static_cast<float>(q + 1 - h.token[i]) * lbi + l1m(3.0f * lbi) - l1m(lbi);
+      REQUIRE(three[i] == Approx(ref3).epsilon(1e-5).margin(1e-5));
+    }
     cuda::retention_scores(e, q, 2, scores.get());
-    cuda::protect_tokens(e, 790, 2, scores.get());  // a recent window and two sinks
+    cuda::protect_tokens(e, recent, 2, scores.get());  // a recent window and two sinks
     std::vector<float> want(static_cast<size_t>(total));
     for (int64_t i = 0; i < total; ++i) {
       const float lbi = h.log_beta[i];
       // core's lookahead2_score: one product, one sum, each rounded (eviction_select.h)
       float s = lbi == 0.0f ? INFINITY : static_cast<float>(q + 1 - h.token[i]) * lbi + h.log1p_beta[i];
-      if (h.token[i] >= 790 || h.token[i] < 2) s = INFINITY;
+      if (h.token[i] >= recent || h.token[i] < 2) s = INFINITY;
       want[i] = s;
     }
     const std::vector<float> got = scores.host();
@@ -396,6 +422,32 @@ TEST_CASE("CUDA scores equal core's formula bit for bit; every selection mode eq
   cuda::DeviceEntries e;
   e.n_streams = 4;
   REQUIRE_THROWS_WITH(cuda::select_global_top_k(e, nullptr, 3, 1, nullptr), Catch::Contains("floor 1 x 4"));
+}
+
+TEST_CASE("CUDA selection ranks -0 and +0 as one score (then the newer token first)", "[cuda][selection]") {
+  // Two streams; entry scores +0, -0, -0, +0 / -0, +0 with tokens chosen so that the sign would
+  // decide if -0 ranked below +0.
+  HostEntries h;
+  h.n_streams = 2;
+  h.token = {1, 5, 3, 2, 4, 0};
+  h.offsets = {0, 4, 6};
+  const std::vector<float> scores = {0.0f, -0.0f, -0.0f, 0.0f, -0.0f, 0.0f};
+  DeviceBuffer<float> ds(scores);
+  DeviceBuffer<int32_t> tok(h.token);
+  DeviceBuffer<int64_t> off(h.offsets);
+  DeviceBuffer<uint8_t> keep(6);
+  cuda::DeviceEntries e;
+  e.token_index = tok.get();
+  e.offsets = off.get();
+  e.n_streams = 2;
+  e.total = 6;
+  for (int64_t k = 0; k <= 6; ++k) {
+    CAPTURE(k);
+    cuda::select_global_top_k(e, ds.get(), k, 0, keep.get());
+    REQUIRE(cuda::keep_lists(keep.get(), h.offsets) == brute_global(h, scores, k, 0));
+  }
+  cuda::select_global_top_k(e, ds.get(), 3, 0, keep.get());  // tokens 5, 4, 3
+  REQUIRE(cuda::keep_lists(keep.get(), h.offsets) == std::vector<std::vector<int32_t>>{{1, 2}, {0}});
 }
 
 int main(int argc, char** argv) {

@@ -25,6 +25,20 @@ namespace trimkv {
 
 bool data_parallel_available() { return TRIMKV_HAVE_GLOO != 0; }
 
+namespace {
+
+void validate(const DataParallelOptions& o) {
+  TRIMKV_CHECK(o.world_size >= 2, Input, "a data-parallel group needs at least 2 ranks, got ", o.world_size);
+  TRIMKV_CHECK(o.rank >= 0 && o.rank < o.world_size, Input, "rank ", o.rank, " is outside 0..",
+               o.world_size - 1, " (RANK must be below WORLD_SIZE)");
+  TRIMKV_CHECK(o.master_port > 0 && o.master_port < 65536, Input, "master port ", o.master_port,
+               " is outside 1..65535");
+  TRIMKV_CHECK(!o.master_addr.empty(), Input, "the master address is empty");
+  TRIMKV_CHECK(o.timeout_s > 0, Input, "the data-parallel timeout must be > 0 s, got ", o.timeout_s);
+}
+
+}  // namespace
+
 int free_local_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   TRIMKV_CHECK(fd >= 0, Io, "cannot open a socket: ", std::strerror(errno));
@@ -96,13 +110,7 @@ struct DataParallelGroup::Impl {
 };
 
 DataParallelGroup::DataParallelGroup(const DataParallelOptions& o) : m_impl(std::make_unique<Impl>()) {
-  TRIMKV_CHECK(o.world_size >= 2, Input, "a data-parallel group needs at least 2 ranks, got ", o.world_size);
-  TRIMKV_CHECK(o.rank >= 0 && o.rank < o.world_size, Input, "rank ", o.rank, " is outside 0..",
-               o.world_size - 1, " (RANK must be below WORLD_SIZE)");
-  TRIMKV_CHECK(o.master_port > 0 && o.master_port < 65536, Input, "master port ", o.master_port,
-               " is outside 1..65535");
-  TRIMKV_CHECK(!o.master_addr.empty(), Input, "the master address is empty");
-  TRIMKV_CHECK(o.timeout_s > 0, Input, "the data-parallel timeout must be > 0 s, got ", o.timeout_s);
+  validate(o);
   Impl& I = *m_impl;
   I.options = o;
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
@@ -154,7 +162,8 @@ bool DataParallelGroup::any(bool flag, const std::string& what) {
 
 struct DataParallelGroup::Impl {};
 
-DataParallelGroup::DataParallelGroup(const DataParallelOptions&) {
+DataParallelGroup::DataParallelGroup(const DataParallelOptions& o) {
+  validate(o);
   TRIMKV_FAIL(Unsupported, "this build of trimkv has no data-parallel training: LibTorch's c10d/Gloo headers "
               "were not found when it was configured (Debian: apt-get install libgloo-dev, then rebuild)");
 }

@@ -35,13 +35,14 @@ struct DevicePagedKv {
   const int64_t* table_offsets = nullptr;  // [n_kv_head]
   const int32_t* lengths = nullptr;        // [n_kv_head]
   const int32_t* first_rows = nullptr;     // [n_kv_head] or null (all 0)
-  int32_t max_length = 0;                  // max of lengths (the host knows it)
+  int32_t max_length = 0;                  // max of lengths (the host knows it; a smaller value
+                                           // would leave entries unread)
 };
 
 struct DeviceAttentionParams {
   const float* q = nullptr;  // [n_q, n_head, head_dim], head_dim unit-stride
   int64_t q_row_stride = 0, q_head_stride = 0;
-  float* out = nullptr;      // [n_q, n_head, head_dim]
+  float* out = nullptr;      // [n_q, n_head, head_dim]; must not overlap q
   int64_t out_row_stride = 0, out_head_stride = 0;
   int n_q = 0;
   int n_head = 0;            // a multiple of kv.n_kv_head, at most 16 per KV head
