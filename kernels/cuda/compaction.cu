@@ -11,24 +11,13 @@ namespace {
 
 using namespace detail;
 
-// The stream (KV head) of kept position i: the last h with keep_offsets[h] <= i.
-__device__ int stream_of(const int64_t* offsets, int n, int64_t i) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (offsets[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 // One block row of threads per kept entry; `to_scratch`: pool row keep[i] -> scratch row i, else
 // scratch row i -> pool row (i - the head's first kept position).
 template <typename T>
 __global__ void move_rows(DeviceCompaction c, T* k_scratch, T* v_scratch, bool to_scratch) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
   if (i >= c.total_kept) return;
-  const int h = stream_of(c.keep_offsets, c.n_kv_head, i);
+  const int h = segment_of(c.keep_offsets, c.n_kv_head, i);  // the entry's KV head
   const int32_t* table = c.tables + c.table_offsets[h];
   const int r0 = c.first_rows ? c.first_rows[h] : 0;
   const int64_t rank = i - c.keep_offsets[h];  // where the entry goes

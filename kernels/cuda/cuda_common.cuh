@@ -57,4 +57,16 @@ __device__ __forceinline__ int64_t pool_row(const int32_t* table, int first_row,
   return (static_cast<int64_t>(table[r / block_size]) * block_size + r % block_size) * head_dim;
 }
 
+// The segment holding position i of a concatenation whose n segments start at offsets[0..n): the
+// last s with offsets[s] <= i (empty segments are skipped over).
+__device__ __forceinline__ int segment_of(const int64_t* offsets, int n, int64_t i) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (offsets[mid] <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 }  // namespace trimkv::kernels::cuda::detail

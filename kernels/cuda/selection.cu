@@ -34,16 +34,6 @@ __device__ __forceinline__ float log1mexp(float x) {
   return x > -0.6931472f ? logf(-expm1f(x)) : log1pf(-expf(x));
 }
 
-__device__ int segment_of(const int64_t* offsets, int n, int64_t i) {
-  int lo = 0, hi = n - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (offsets[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 __global__ void scores_kernel(DeviceEntries e, int64_t q, int lookahead, float* out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kBlock + threadIdx.x;
   if (i >= e.total) return;

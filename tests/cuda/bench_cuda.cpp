@@ -103,7 +103,7 @@ double sdpa_ms(int batch, int len) {
   at::Tensor q = at::randn({batch, kHeads, 1, kDim}, o);
   at::Tensor k = at::randn({batch, kKvHeads, len, kDim}, o);  // GQA as stored: the same bytes as ours
   at::Tensor v = at::randn({batch, kKvHeads, len, kDim}, o);
-  return time_ms([&] { (void)at::scaled_dot_product_attention(q, k, v, {}, 0.0, false, c10::nullopt, true); });
+  return time_ms([&] { (void)at::scaled_dot_product_attention(q, k, v, {}, 0.0, false, std::nullopt, true); });
 #else
   (void)batch;
   (void)len;
