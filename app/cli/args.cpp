@@ -42,20 +42,36 @@ std::string range_text(const NumericRange& r) {
 
 // `text` as a number of range r, or UsageError naming the option, the value and the range.
 double parse_in_range(const std::string& name, const std::string& text, const NumericRange& r) {
+  auto fail = [&] { return UsageError("option '--" + name + "' needs " + range_text(r) + ", got '" + text + "'"); };
+  if (r.integer) {
+    const std::optional<int64_t> v = parse_integer(text, static_cast<int64_t>(r.lo), static_cast<int64_t>(r.hi));
+    if (!v) throw fail();
+    return static_cast<double>(*v);
+  }
   double x = 0;
   size_t used = 0;
   try {
-    if (r.integer) x = static_cast<double>(std::stoll(text, &used));
-    else x = std::stod(text, &used);
+    x = std::stod(text, &used);
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != text.size() || !std::isfinite(x) || x < r.lo || x > r.hi)
-    throw UsageError("option '--" + name + "' needs " + range_text(r) + ", got '" + text + "'");
+  if (used == 0 || used != text.size() || !std::isfinite(x) || x < r.lo || x > r.hi) throw fail();
   return x;
 }
 
 }  // namespace
+
+std::optional<int64_t> parse_integer(const std::string& text, int64_t lo, int64_t hi) {
+  int64_t x = 0;
+  size_t used = 0;
+  try {
+    x = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (used == 0 || used != text.size() || x < lo || x > hi) return std::nullopt;
+  return x;
+}
 
 OptionSpec ranged_int(std::string name, std::string value_name, std::string help, int64_t lo, int64_t hi) {
   return {std::move(name), std::move(value_name), std::move(help), false,

@@ -38,6 +38,9 @@ OptionSpec ranged_real(std::string name, std::string value_name, std::string hel
 // (kept, as "", with keep_empty: the fields of a CSV line).
 std::vector<std::string> split_list(const std::string& s, char sep, bool keep_empty = false);
 
+// `text` as a whole integer from lo to hi (std::stoll's syntax, nothing left over), or nullopt.
+std::optional<int64_t> parse_integer(const std::string& text, int64_t lo, int64_t hi);
+
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

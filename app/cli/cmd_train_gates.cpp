@@ -6,11 +6,11 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "args.h"
 #include "commands.h"
 #include "rank_launcher.h"
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/train_gates.h"
 #include "trimkv/vision/train_gates_vlm.h"
 
@@ -74,8 +74,7 @@ int cmd_train_gates(int argc, char** argv, int first) {
       else if (a.rfind("--nproc=", 0) != 0) rank_args.push_back(a);
     }
     if (!args.has("threads")) {
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      rank_args.insert(rank_args.end(), {"--threads", std::to_string(std::max(1, cores / nproc))});
+      rank_args.insert(rank_args.end(), {"--threads", std::to_string(std::max(1, hardware_threads() / nproc))});
     }
     return launch_local_ranks(nproc, rank_args, std::cerr);
   }

@@ -23,13 +23,11 @@ namespace {
 int env_int(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  const long x = std::strtol(v, &end, 10);
-  if (errno != 0 || *end != '\0' || x < lo || x > hi)
+  const std::optional<int64_t> x = parse_integer(v, lo, hi);  // args.h
+  if (!x)
     throw UsageError(std::string("environment variable ") + name + "='" + v + "' is not an integer in " +
                      std::to_string(lo) + ".." + std::to_string(hi));
-  return static_cast<int>(x);
+  return static_cast<int>(*x);
 }
 
 std::vector<pid_t> g_ranks;  // for the signal handler

@@ -55,9 +55,11 @@ void tune_cpu_runtime(char** argv) {
   // Here execv failed or nothing changed: carry on as we are.
 }
 
+int hardware_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
 int set_compute_threads(int n) {
   TRIMKV_CHECK(n >= 0, Input, "a thread count must be 0 (every hardware thread) or more, got ", n);
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int cores = hardware_threads();
   if (n > cores) {  // more threads than the machine has only queue behind each other (and 10^5 never start)
     std::fprintf(stderr, "trimkv: %d threads asked for; this machine has %d hardware threads: using %d\n", n, cores,
                  cores);

@@ -15,20 +15,13 @@
 #include <thread>
 
 #include "cli_runner.h"
+#include "data_parallel_skip.h"
 #include "test_util.h"
-#include "trimkv/core/data_parallel.h"
 #include "trimkv/core/gate_file.h"
 
 using namespace trimkv;
 using trimkv::test::CliRun;
 using trimkv::test::run_cli;
-
-// A build against a PyPI LibTorch has no c10d/Gloo: reported as skipped (see test_gate_training).
-#define SKIP_WITHOUT_GLOO()                                                   \
-  if (!data_parallel_available()) {                                          \
-    WARN("skipped: this build has no c10d/Gloo (data-parallel training)");   \
-    return;                                                                  \
-  }
 
 namespace {
 

@@ -9,6 +9,7 @@
 #include <random>
 #include <thread>
 
+#include "data_parallel_skip.h"
 #include "test_util.h"
 #include "trimkv/core/data_parallel.h"
 #include "trimkv/core/error.h"
@@ -503,14 +504,6 @@ double max_gate_diff(const std::vector<at::Tensor>& a, const std::vector<at::Ten
 }
 
 }  // namespace
-
-// Debian's LibTorch with libgloo-dev (what packaging/setup.sh installs) has c10d/Gloo; a build
-// against a PyPI LibTorch has no Gloo headers and reports these as skipped.
-#define SKIP_WITHOUT_GLOO()                                                   \
-  if (!data_parallel_available()) {                                          \
-    WARN("skipped: this build has no c10d/Gloo (data-parallel training)");   \
-    return;                                                                  \
-  }
 
 TEST_CASE("Data parallel: 2 and 3 ranks give the gates of one process with the same global batch",
           "[training][parallel]") {

@@ -19,6 +19,9 @@ namespace trimkv {
 // there is nothing to do or the re-execution fails (the program then runs as before).
 void tune_cpu_runtime(char** argv);
 
+// The machine's hardware threads (at least 1).
+int hardware_threads();
+
 // Sets the threads the model's math uses from the calling thread on (n = 0: every hardware
 // thread, or OMP_NUM_THREADS when that is set to a positive number, as OpenMP programs take it;
 // more than the machine's hardware threads: that many, with a warning on stderr; n < 0:
