@@ -16,74 +16,23 @@
 #include <random>
 
 #include "cuda_buffer.h"
+#include "kernels/random_paged_cache.h"
 #include "trimkv/kernels/cuda_kernels.h"
 #include "trimkv/kernels/paged_attention.h"
 
 using namespace trimkv::kernels;
 using trimkv::test::DeviceBuffer;
+using trimkv::test::RandomPagedCache;
 
 namespace {
 
-at::ScalarType scalar_of(KvDtype d) {
-  return d == KvDtype::F32 ? at::kFloat : d == KvDtype::BF16 ? at::kBFloat16 : at::kHalf;
-}
-
-// A paged cache on the host: pools of `dtype`, each head's blocks drawn at random from the pool.
-struct HostCache {
-  int block_size = 16, head_dim = 64, n_kv_head = 1;
-  KvDtype dtype = KvDtype::F32;
-  std::vector<int32_t> lengths, first_rows;
-  std::vector<std::vector<int32_t>> tables;
-  at::Tensor k, v;  // [n_blocks, block_size, head_dim]
-
-  PagedKvView view(std::vector<const int32_t*>& table_ptrs) const {
-    table_ptrs.clear();
-    for (const auto& t : tables) table_ptrs.push_back(t.data());
-    PagedKvView kv;
-    kv.k_pool = k.data_ptr();
-    kv.v_pool = v.data_ptr();
-    kv.dtype = dtype;
-    kv.n_blocks = k.size(0);
-    kv.block_size = block_size;
-    kv.head_dim = head_dim;
-    kv.n_kv_head = n_kv_head;
-    kv.block_tables = table_ptrs.data();
-    kv.lengths = lengths.data();
-    kv.first_rows = first_rows.data();
-    return kv;
-  }
-  int64_t row_offset(int h, int64_t e) const {
-    const int64_t r = first_rows[h] + e;
-    return (static_cast<int64_t>(tables[h][r / block_size]) * block_size + r % block_size) * head_dim;
-  }
-};
-
-HostCache make_cache(std::mt19937& rng, const std::vector<int32_t>& lengths, int block_size, int head_dim,
-                     KvDtype dtype, bool offsets) {
-  HostCache c;
-  c.block_size = block_size;
-  c.head_dim = head_dim;
-  c.n_kv_head = static_cast<int>(lengths.size());
-  c.dtype = dtype;
-  c.lengths = lengths;
-  int64_t n_blocks = 3;  // a few never used
-  for (int h = 0; h < c.n_kv_head; ++h) {
-    c.first_rows.push_back(offsets ? static_cast<int32_t>(rng() % block_size) : 0);
-    n_blocks += (c.first_rows[h] + lengths[h] + block_size - 1) / block_size;
-  }
-  std::vector<int32_t> ids(static_cast<size_t>(n_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  size_t next = 0;
-  for (int h = 0; h < c.n_kv_head; ++h) {
-    const int64_t nb = (c.first_rows[h] + lengths[h] + block_size - 1) / block_size;
-    c.tables.emplace_back(ids.begin() + next, ids.begin() + next + nb);
-    next += nb;
-  }
-  at::manual_seed(rng());
-  c.k = at::randn({n_blocks, block_size, head_dim}).to(scalar_of(dtype)).contiguous();
-  c.v = at::randn({n_blocks, block_size, head_dim}).to(scalar_of(dtype)).contiguous();
-  return c;
+// A random cache (kernels/random_paged_cache.h) stored as `dtype`; with `offsets` every head
+// starts at a random row of its first block.
+RandomPagedCache make_cache(std::mt19937& rng, const std::vector<int32_t>& lengths, int block_size, int head_dim,
+                            KvDtype dtype, bool offsets) {
+  std::vector<int32_t> first;
+  for (size_t h = 0; h < lengths.size(); ++h) first.push_back(offsets ? static_cast<int32_t>(rng() % block_size) : 0);
+  return RandomPagedCache(lengths, head_dim, block_size, /*extra_blocks=*/3, rng, first).stored_as(dtype);
 }
 
 // The cache's tables, lengths and pools on the device, and the view over them.
@@ -93,7 +42,7 @@ struct DeviceCache {
   DeviceBuffer<int64_t> offsets;
   cuda::DevicePagedKv kv;
 
-  static std::vector<int32_t> concat(const HostCache& c, std::vector<int64_t>& offsets) {
+  static std::vector<int32_t> concat(const RandomPagedCache& c, std::vector<int64_t>& offsets) {
     std::vector<int32_t> all;
     for (const auto& t : c.tables) {
       offsets.push_back(static_cast<int64_t>(all.size()));
@@ -107,9 +56,10 @@ struct DeviceCache {
     return std::vector<uint8_t>(p, p + t.numel() * t.element_size());
   }
   // null_first_rows: the view passes no first_rows (every head starts at row 0 of its block).
-  explicit DeviceCache(const HostCache& c, bool null_first_rows = false, std::vector<int64_t> host_offsets = {})
-      : k(bytes(c.k)), v(bytes(c.v)), tables(concat(c, host_offsets)), lengths(c.lengths),
-        first_rows(c.first_rows), offsets(host_offsets) {
+  explicit DeviceCache(const RandomPagedCache& c, bool null_first_rows = false,
+                       std::vector<int64_t> host_offsets = {})
+      : k(bytes(c.k_pool)), v(bytes(c.v_pool)), tables(concat(c, host_offsets)), lengths(c.lengths),
+        first_rows(c.first), offsets(host_offsets) {
     kv.k_pool = k.get();
     kv.v_pool = v.get();
     kv.dtype = c.dtype;
@@ -141,13 +91,12 @@ void check_attention(const AttentionCase& t, uint32_t seed) {
   // Odd seeds: heads start at random rows of their first block; even seeds: at row 0, given to the
   // kernel as a null first_rows.
   const bool offsets = seed % 2 == 1;
-  const HostCache c = make_cache(rng, lengths, t.block_size, t.head_dim, t.dtype, offsets);
+  const RandomPagedCache c = make_cache(rng, lengths, t.block_size, t.head_dim, t.dtype, offsets);
   const int n_head = c.n_kv_head * t.group;
   at::manual_seed(seed);
   const at::Tensor q = at::randn({t.n_q, n_head, t.head_dim});
   const double scale = 1.0 / std::sqrt(static_cast<double>(t.head_dim));
-  std::vector<const int32_t*> ptrs;
-  const PagedAttentionOutput ref = paged_attention_with_stats(q, c.view(ptrs), scale);
+  const PagedAttentionOutput ref = paged_attention_with_stats(q, c.view(), scale);
 
   const DeviceCache dc(c, !offsets);
   const int32_t max_len = dc.kv.max_length;
@@ -217,7 +166,7 @@ TEST_CASE("CUDA compaction moves each head's kept rows to its front, bit for bit
   for (KvDtype dtype : {KvDtype::F32, KvDtype::BF16})
     for (int round = 0; round < 4; ++round) {
       const std::vector<int32_t> lengths = {0, 1, 16, 17, 100, 333};
-      const HostCache c = make_cache(rng, lengths, 16, 64, dtype, round % 2 == 1);
+      const RandomPagedCache c = make_cache(rng, lengths, 16, 64, dtype, round % 2 == 1);
       std::vector<int32_t> keep;
       std::vector<int64_t> keep_offsets = {0};
       for (int32_t len : lengths) {
@@ -243,22 +192,22 @@ TEST_CASE("CUDA compaction moves each head's kept rows to its front, bit for bit
       cp.total_kept = keep_offsets.back();
       cuda::compact(cp);
       const std::vector<uint8_t> k = dc.k.host(), v = dc.v.host();
-      const size_t row_bytes = 64 * c.k.element_size();
-      const auto* k0 = static_cast<const uint8_t*>(c.k.data_ptr());
-      const auto* v0 = static_cast<const uint8_t*>(c.v.data_ptr());
+      const size_t row_bytes = 64 * c.k_pool.element_size();
+      const auto* k0 = static_cast<const uint8_t*>(c.k_pool.data_ptr());
+      const auto* v0 = static_cast<const uint8_t*>(c.v_pool.data_ptr());
       std::vector<char> written(k.size(), 0);
       for (int h = 0; h < c.n_kv_head; ++h)
         for (int64_t i = keep_offsets[h]; i < keep_offsets[h + 1]; ++i) {
-          const size_t to = c.row_offset(h, i - keep_offsets[h]) * c.k.element_size();
-          const size_t from = c.row_offset(h, keep[i]) * c.k.element_size();
+          const size_t to = c.row_offset(h, i - keep_offsets[h]) * c.k_pool.element_size();
+          const size_t from = c.row_offset(h, keep[i]) * c.k_pool.element_size();
           REQUIRE(std::memcmp(k.data() + to, k0 + from, row_bytes) == 0);
           REQUIRE(std::memcmp(v.data() + to, v0 + from, row_bytes) == 0);
           std::fill(written.begin() + to, written.begin() + to + row_bytes, 1);
         }
       for (size_t b = 0; b < k.size(); ++b)  // every other byte of both pools is as it was
         if (!written[b]) REQUIRE((k[b] == k0[b] && v[b] == v0[b]));
-      CHECK(cuda::blocks_after_compaction(c.first_rows[5], keep_offsets[6] - keep_offsets[5], 16) ==
-            (c.first_rows[5] + keep_offsets[6] - keep_offsets[5] + 15) / 16);
+      CHECK(cuda::blocks_after_compaction(c.first[5], keep_offsets[6] - keep_offsets[5], 16) ==
+            (c.first[5] + keep_offsets[6] - keep_offsets[5] + 15) / 16);
     }
 }
 

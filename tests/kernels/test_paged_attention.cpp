@@ -14,78 +14,16 @@
 #include <random>
 #include <vector>
 
+#include "kernels/random_paged_cache.h"
 #include "trimkv/kernels/paged_attention.h"
 
 using trimkv::kernels::paged_attention;
 using trimkv::kernels::paged_attention_with_stats;
 using trimkv::kernels::PagedAttentionOutput;
 using trimkv::kernels::PagedKvView;
+using trimkv::test::RandomPagedCache;
 
 namespace {
-
-// A randomly laid-out paged cache for one layer. Block ids are a random permutation of the pool,
-// and every pool row not holding a live entry is NaN, so a read past a head's length shows up.
-struct RandomPagedCache {
-  int n_kv_head = 0, head_dim = 0, block_size = 0;
-  std::vector<int32_t> lengths;              // [n_kv_head]
-  std::vector<std::vector<int32_t>> tables;  // [n_kv_head][n_blocks_h]
-  std::vector<const int32_t*> table_ptrs;    // [n_kv_head]
-  std::vector<int32_t> first;                // [n_kv_head] row of entry 0 in the first block
-  at::Tensor k_pool, v_pool;                 // [n_blocks, block_size, head_dim]
-
-  // Rows not holding an entry (before a head's first row, past its last) are NaN.
-  RandomPagedCache(std::vector<int32_t> lens, int head_dim_, int block_size_, int extra_blocks,
-                   std::mt19937& rng, std::vector<int32_t> first_rows = {})
-      : n_kv_head(static_cast<int>(lens.size())),
-        head_dim(head_dim_),
-        block_size(block_size_),
-        lengths(std::move(lens)),
-        first(first_rows.empty() ? std::vector<int32_t>(lengths.size(), 0) : std::move(first_rows)) {
-    int n_blocks = extra_blocks;
-    for (int h = 0; h < n_kv_head; ++h) n_blocks += (first[h] + lengths[h] + block_size - 1) / block_size;
-    std::vector<int32_t> ids(n_blocks);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    k_pool = at::full({n_blocks, block_size, head_dim}, nan, at::kFloat);
-    v_pool = at::full({n_blocks, block_size, head_dim}, nan, at::kFloat);
-    size_t next = 0;
-    tables.resize(n_kv_head);
-    for (int h = 0; h < n_kv_head; ++h) {
-      const int nb = (first[h] + lengths[h] + block_size - 1) / block_size;
-      for (int b = 0; b < nb; ++b) tables[h].push_back(ids[next++]);
-      for (int e = 0; e < lengths[h]; ++e) {
-        const int64_t blk = tables[h][(first[h] + e) / block_size], off = (first[h] + e) % block_size;
-        k_pool[blk][off].copy_(at::randn({head_dim}));
-        v_pool[blk][off].copy_(at::randn({head_dim}));
-      }
-    }
-    for (auto& t : tables) table_ptrs.push_back(t.data());
-  }
-
-  PagedKvView view() const {
-    PagedKvView v;
-    v.k_pool = k_pool.data_ptr<float>();
-    v.v_pool = v_pool.data_ptr<float>();
-    v.n_blocks = k_pool.size(0);
-    v.block_size = block_size;
-    v.head_dim = head_dim;
-    v.n_kv_head = n_kv_head;
-    v.block_tables = table_ptrs.data();
-    v.lengths = lengths.data();
-    v.first_rows = first.data();
-    return v;
-  }
-
-  // [lengths[h], head_dim] rows of head h, in cache order, as float64.
-  at::Tensor gather(const at::Tensor& pool, int h) const {
-    std::vector<int64_t> slots;
-    for (int e = 0; e < lengths[h]; ++e)
-      slots.push_back(int64_t{tables[h][(first[h] + e) / block_size]} * block_size + (first[h] + e) % block_size);
-    at::Tensor idx = at::tensor(slots, at::kLong);
-    return pool.reshape({-1, head_dim}).index_select(0, idx).to(at::kDouble);
-  }
-};
 
 // Dense reference (float64): out [n_q, n_head, head_dim], attn_sum [n_kv_head, max_len].
 PagedAttentionOutput reference_attention(const at::Tensor& q, const RandomPagedCache& c,
