@@ -20,6 +20,9 @@
 #include "cuda_buffer.h"
 #include "trimkv/kernels/cuda_kernels.h"
 
+// scaled_dot_product_attention with enable_gqa: LibTorch 2.5 and later.
+#define SDPA_WITH_GQA (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+
 using namespace trimkv::kernels;
 using trimkv::test::cuda_check;
 using trimkv::test::DeviceBuffer;
@@ -97,7 +100,7 @@ double decode_ms(Cache& c, int batch) {
 }
 
 double sdpa_ms(int batch, int len) {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#if SDPA_WITH_GQA
   if (!at::hasCUDA()) return -1;
   const auto o = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
   at::Tensor q = at::randn({batch, kHeads, 1, kDim}, o);
@@ -119,7 +122,7 @@ int main() {
     std::printf("bench_cuda: %s\n", why.c_str());
     return 77;
   }
-#if !(TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+#if !SDPA_WITH_GQA
   std::printf("(LibTorch %d.%d: no scaled_dot_product_attention with GQA; the SDPA columns are n/a)\n",
               TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
 #endif
