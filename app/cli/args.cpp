@@ -1,5 +1,6 @@
 #include "args.h"
 
+#include "trimkv/core/compute_device.h"
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/engine.h"
 #include "trimkv/core/error.h"
@@ -202,6 +203,12 @@ OptionSpec kv_dtype_option() {
           "checkpoints stored in 16 bits or fewer, f32 for f32 ones); MiB budgets follow it"};
 }
 
+OptionSpec device_option() {
+  return {"device", "D",
+          "where the model runs: cpu, cuda (weights, KV cache and decoder on the GPU; builds against a CUDA "
+          "LibTorch 2.x) or auto = the GPU when one can be used (default auto)"};
+}
+
 OptionSpec image_size_option() {
   return ranged_int("image-size", "PX",
                     "image resolution, pixels on a side: SmolVLM/Idefics3 resize the longest edge to PX (fewer tiles "
@@ -254,6 +261,10 @@ std::string checked_arg(const Args& args, const char* name, void (*check)(const 
 
 std::string weights_arg(const Args& args) { return checked_arg(args, "weights", check_weights_option); }
 std::string kv_dtype_arg(const Args& args) { return checked_arg(args, "kv-dtype", check_kv_dtype_option); }
+std::string device_arg(const Args& args) {
+  const std::string d = checked_arg(args, "device", check_device_option);
+  return d.empty() ? "auto" : d;
+}
 
 std::string format_duration(double s) {
   const long t = static_cast<long>(s + 0.5);

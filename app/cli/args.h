@@ -94,6 +94,9 @@ int threads_arg(const Args& args);
 // --kv-dtype, likewise (kv_dtype_arg checks it first).
 OptionSpec kv_dtype_option();
 std::string kv_dtype_arg(const Args& args);
+// --device auto|cpu|cuda (compute_device.h), likewise; default auto.
+OptionSpec device_option();
+std::string device_arg(const Args& args);
 // --image-size (vision-language checkpoints), checked likewise (0 when not given).
 OptionSpec image_size_option();
 int image_size_arg(const Args& args);

@@ -52,6 +52,7 @@ int cmd_chat(int argc, char** argv, int first) {
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
       kv_dtype_option(),
+      device_option(),
       image_size_option(),
       {"help", "", "show this help"},
   });
@@ -76,6 +77,7 @@ int cmd_chat(int argc, char** argv, int first) {
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);
+  options.device = device_arg(args);
   options.image_size = image_size_arg(args);
   auto engine = vision::ChatEngine::load(model, options);
   if (eviction_requested(args)) engine->set_eviction(eviction);  // checked against the model

@@ -36,6 +36,7 @@ int cmd_eval(int argc, char** argv, int first) {
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
       kv_dtype_option(),
+      device_option(),
       image_size_option(),
       {"help", "", "show this help"},
   };
@@ -63,6 +64,7 @@ int cmd_eval(int argc, char** argv, int first) {
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);
+  options.device = device_arg(args);
   options.image_size = image_size_arg(args);
 
   std::vector<std::string> read_failures;

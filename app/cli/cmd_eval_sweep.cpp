@@ -288,6 +288,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
       kv_dtype_option(),
+      device_option(),
       image_size_option(),
       {"quiet", "", "no progress on stderr"},
       {"help", "", "show this help"},
@@ -367,6 +368,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     options.gates = args.get("gates");
     options.weights = weights_arg(args);
     options.kv_dtype = kv_dtype_arg(args);
+    options.device = device_arg(args);
     options.image_size = image_size_arg(args);
     engine = vision::ChatEngine::load(model, options);
   }

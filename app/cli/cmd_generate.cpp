@@ -99,6 +99,7 @@ int cmd_generate(int argc, char** argv, int first) {
       {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
       weights_option(),
       kv_dtype_option(),
+      device_option(),
       image_size_option(),
       {"json", "", "print one JSON object instead of streaming text"},
       {"help", "", "show this help"},
@@ -128,6 +129,7 @@ int cmd_generate(int argc, char** argv, int first) {
   options.gates = args.get("gates");
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);
+  options.device = device_arg(args);
   options.image_size = image_size_arg(args);
   options.template_vars = parse_template_vars(args);
   // Chat-template prompts, images and vision-language checkpoints go through the conversation

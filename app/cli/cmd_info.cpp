@@ -48,6 +48,7 @@ int cmd_info(int argc, char** argv, int first) {
       {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
       weights_option(),
       kv_dtype_option(),
+      device_option(),
       image_size_option(),
       {"json", "", "print one JSON object"},
       {"help", "", "show this help"},
@@ -63,6 +64,7 @@ int cmd_info(int argc, char** argv, int first) {
   EngineOptions options;
   options.weights = weights_arg(args);
   options.kv_dtype = kv_dtype_arg(args);
+  options.device = device_arg(args);
   options.image_size = image_size_arg(args);
   std::unique_ptr<vision::ChatEngine> vlm;
   if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir, options);
@@ -77,7 +79,7 @@ int cmd_info(int argc, char** argv, int first) {
       {"tie_word_embeddings", i.tie_word_embeddings}, {"rope_type", i.rope_type},
       {"rope_theta", i.rope_theta}, {"tokenizer", i.has_tokenizer},
       {"tokenizer_vocab_size", i.tokenizer_vocab_size}, {"eos_token_ids", i.eos_token_ids},
-      {"kv_bytes_per_token", i.kv_bytes_per_token}, {"kv_dtype", i.kv_dtype}, {"weights_held", i.weights_held},
+      {"kv_bytes_per_token", i.kv_bytes_per_token}, {"kv_dtype", i.kv_dtype}, {"device", i.device}, {"weights_held", i.weights_held},
       {"weights_held_bytes", i.weights_held_bytes}, {"weight_notes", i.weight_notes}, {"weight_cache", i.weight_cache}, {"kernel_isa", i.kernel_isa}};
   // The chat template, as conversations will use it (a broken one is reported, not fatal here).
   std::string chat_template = "none (raw prompts only)";
@@ -125,6 +127,7 @@ int cmd_info(int argc, char** argv, int first) {
             << "context        " << i.max_position_embeddings << " positions\n"
             << "KV cache       " << i.kv_bytes_per_token << " bytes per token (" << i.kv_dtype
             << "; all layers and KV heads)\n"
+            << "device         " << i.device << "\n"
             << "tokenizer      "
             << (i.has_tokenizer ? i.tokenizer_origin + ", " + std::to_string(i.tokenizer_vocab_size) + " ids" : "none")
             << "\n"

@@ -18,6 +18,7 @@
 #include "sample_turn.h"
 #include "scripted_turns.h"
 #include "screenshot_run.h"
+#include "trimkv/core/compute_device.h"
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/version.h"
@@ -58,6 +59,10 @@ int main(int argc, char** argv) {
                                       QStringLiteral("Store the KV cache's K and V as f32, bf16 or f16 (default: f16 for 16-bit and quantised checkpoints, else f32)."),
                                       QStringLiteral("T"));
   parser.addOption(kvDtypeOpt);
+  const QCommandLineOption deviceOpt(QStringLiteral("device"),
+                                     QStringLiteral("Where the model runs: cpu, cuda or auto (the GPU when one can be used; default)."),
+                                     QStringLiteral("D"));
+  parser.addOption(deviceOpt);
   const QCommandLineOption imageSizeOpt(QStringLiteral("image-size"),
                                         QStringLiteral("Image resolution, pixels on a side (SmolVLM: longest edge; Qwen-VL: at most PX x PX pixels; default: the processor's own)."),
                                         QStringLiteral("PX"));
@@ -110,9 +115,11 @@ int main(int argc, char** argv) {
   if (threads < 0 || budget < 0 || imageSize < 0) return 2;
   const QString weights = parser.value(weightsOpt);
   const QString kvDtype = parser.value(kvDtypeOpt);
+  const QString device = parser.value(deviceOpt) == QLatin1String("auto") ? QString() : parser.value(deviceOpt);
   try {
     trimkv::check_weights_option(weights.toStdString());
     trimkv::check_kv_dtype_option(kvDtype.toStdString());
+    trimkv::check_device_option(device.toStdString());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "trimkv-studio: %s\n", e.what());
     return 2;
@@ -120,6 +127,7 @@ int main(int argc, char** argv) {
   if (threads > 0) window.setThreads(threads);
   if (!weights.isEmpty()) window.setWeights(weights);
   if (!kvDtype.isEmpty()) window.setKvDtype(kvDtype);
+  if (!device.isEmpty()) window.setDevice(device);
   if (imageSize > 0) window.setImageSize(imageSize);
   if (budget > 0) window.setStartBudget(budget);
   const bool ownTurn = parser.isSet(promptOpt) || parser.isSet(imageOpt);
@@ -151,6 +159,7 @@ int main(int argc, char** argv) {
   if (threads > 0) window.setThreads(threads);
   if (!weights.isEmpty()) window.setWeights(weights);
   if (!kvDtype.isEmpty()) window.setKvDtype(kvDtype);
+  if (!device.isEmpty()) window.setDevice(device);
   if (imageSize > 0) window.setImageSize(imageSize);
   if (budget > 0) window.setStartBudget(budget);
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());

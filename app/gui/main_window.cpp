@@ -68,6 +68,7 @@
 #include "system_prompt_panel.h"
 #include "display_message.h"
 #include "timeline_chart.h"
+#include "trimkv/core/compute_device.h"
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/error.h"
 
@@ -183,6 +184,19 @@ void MainWindow::buildMenus() {
        {"bf16", tr("&bf16"), tr("bfloat16 K and V: 2 bytes per value (attention accumulates in f32)")},
        {"f16", tr("f&16"), tr("float16 K and V: 2 bytes per value (attention accumulates in f32)")}},
       [this] { return m_kvDtype; }, [this](const QString& v) { setKvDtype(v); }, QStringLiteral("compute/kv_dtype"));
+  {
+    std::string why;
+    const bool cuda = trimkv::cuda_usable(&why);
+    m_deviceGroup = addReloadingChoiceMenu(
+        file, tr("&Device"), QStringLiteral("deviceMenu"), QStringLiteral("device"),
+        {{"", tr("&Auto"), cuda ? tr("the GPU (found)") : tr("the CPU: %1").arg(QString::fromStdString(why))},
+         {"cpu", tr("&CPU"), tr("weights, KV cache and decoder in main memory")},
+         {"cuda", tr("C&UDA GPU"),
+          cuda ? tr("weights, KV cache and decoder on the GPU") : tr("unavailable: %1").arg(QString::fromStdString(why))}},
+        [this] { return m_device; }, [this](const QString& v) { setDevice(v); }, QStringLiteral("compute/device"));
+    for (QAction* a : m_deviceGroup->actions())
+      if (a->data().toString() == QLatin1String("cuda")) a->setEnabled(cuda);
+  }
   m_imageSizeGroup = addReloadingChoiceMenu(
       file, tr("&Image resolution"), QStringLiteral("imageSizeMenu"), QStringLiteral("image"),
       {{"", tr("The processor's &own"), tr("as the checkpoint's image processor says")},
@@ -612,6 +626,7 @@ void MainWindow::connectWorker() {
   connect(this, &MainWindow::requestThreads, m_worker, &SessionWorker::setThreads, Qt::QueuedConnection);
   connect(this, &MainWindow::requestWeights, m_worker, &SessionWorker::setWeights, Qt::QueuedConnection);
   connect(this, &MainWindow::requestKvDtype, m_worker, &SessionWorker::setKvDtype, Qt::QueuedConnection);
+  connect(this, &MainWindow::requestDevice, m_worker, &SessionWorker::setDevice, Qt::QueuedConnection);
   connect(this, &MainWindow::requestImageSize, m_worker, &SessionWorker::setImageSize, Qt::QueuedConnection);
   connect(this, &MainWindow::requestGenerationParams, m_worker, &SessionWorker::setGenerationParams,
           Qt::QueuedConnection);
@@ -669,6 +684,7 @@ const QString kPolicyOptionsKey = QStringLiteral("eviction/options");
 const QString kThreadsKey = QStringLiteral("compute/threads");
 const QString kWeightsKey = QStringLiteral("compute/weights");
 const QString kKvDtypeKey = QStringLiteral("compute/kv_dtype");
+const QString kDeviceKey = QStringLiteral("compute/device");
 const QString kImageSizeKey = QStringLiteral("compute/image_size");
 }  // namespace
 
@@ -685,6 +701,7 @@ void MainWindow::restoreSettings() {
   if (s.contains(kThreadsKey) && m_threads == 0) setThreads(s.value(kThreadsKey).toInt());
   if (s.contains(kWeightsKey) && m_weights.isEmpty()) setWeights(s.value(kWeightsKey).toString());
   if (s.contains(kKvDtypeKey) && m_kvDtype.isEmpty()) setKvDtype(s.value(kKvDtypeKey).toString());
+  if (s.contains(kDeviceKey) && m_device.isEmpty()) setDevice(s.value(kDeviceKey).toString());
   if (s.contains(kImageSizeKey) && m_imageSize == 0) setImageSize(s.value(kImageSizeKey).toInt());
   m_budgetFromSettings = s.contains(kBudgetKey);
   const int budget = s.value(kBudgetKey, kDefaultBudget).toInt();
@@ -1016,6 +1033,12 @@ void MainWindow::setKvDtype(const QString& kvDtype) {
   Q_EMIT requestKvDtype(m_kvDtype);
 }
 
+void MainWindow::setDevice(const QString& device) {
+  m_device = device;
+  for (QAction* a : m_deviceGroup->actions()) a->setChecked(a->data().toString() == device);
+  Q_EMIT requestDevice(m_device);
+}
+
 void MainWindow::setWeights(const QString& weights) {
   m_weights = weights;
   for (QAction* a : m_weightsGroup->actions()) a->setChecked(a->data().toString() == weights);
@@ -1252,9 +1275,10 @@ void MainWindow::onModelLoaded(const ModelSummary& model) {
   } catch (const std::exception&) {
     // No default model: this one is not it.
   }
-  m_modelLabel->setText(tr("Model: <b>%1</b>%2 · %3 · KV %4")
+  m_modelLabel->setText(tr("Model: <b>%1</b>%2 · %3 · KV %4%5")
                             .arg(QFileInfo(model.dir).fileName(), builtIn, QString::fromStdString(i.weights_held),
-                                 QString::fromStdString(i.kv_dtype)));
+                                 QString::fromStdString(i.kv_dtype),
+                                 i.device == "cpu" ? QString() : tr(" · %1").arg(QString::fromStdString(i.device))));
   m_modelLabel->setToolTip(tr("%1\n%2 (%3), %4 layers × %5 KV heads, %6 M parameters held as %8 (%9 MiB)%7")
                                .arg(model.dir, QString::fromStdString(i.architecture),
                                     QString::fromStdString(i.family))

@@ -101,6 +101,10 @@ class MainWindow : public QMainWindow {
   // load uses it (File > KV cache precision reloads).
   void setKvDtype(const QString& kvDtype);
   const QString& kvDtype() const { return m_kvDtype; }
+  // Where the model runs ("" = auto: the GPU when one can be used, cpu, cuda); the next load uses
+  // it (File > Device reloads).
+  void setDevice(const QString& device);
+  const QString& device() const { return m_device; }
   // Image resolution for loads, pixels on a side (0 = the processor's own; File > Image
   // resolution reloads).
   void setImageSize(int pixels);
@@ -216,6 +220,7 @@ class MainWindow : public QMainWindow {
   void requestThreads(int threads);
   void requestWeights(const QString& weights);
   void requestKvDtype(const QString& kvDtype);
+  void requestDevice(const QString& device);
   void requestImageSize(int pixels);
   void requestTranscript();
   // To the analysis worker (queued).
@@ -353,6 +358,8 @@ class MainWindow : public QMainWindow {
   QActionGroup* m_weightsGroup = nullptr;
   QString m_kvDtype;
   QActionGroup* m_kvDtypeGroup = nullptr;
+  QString m_device;
+  QActionGroup* m_deviceGroup = nullptr;
   int m_imageSize = 0;
   QActionGroup* m_imageSizeGroup = nullptr;
   // A File submenu of exclusive choices whose change reloads the model (kept in settingsKey).

@@ -53,6 +53,7 @@ void SessionWorker::setThreads(int threads) {
 
 void SessionWorker::setWeights(const QString& weights) { m_weights = weights; }
 void SessionWorker::setKvDtype(const QString& kvDtype) { m_kvDtype = kvDtype; }
+void SessionWorker::setDevice(const QString& device) { m_device = device; }
 void SessionWorker::setImageSize(int imageSize) { m_imageSize = imageSize; }
 
 void SessionWorker::loadModel(const QString& dir, const QString& gates) {
@@ -69,6 +70,7 @@ void SessionWorker::loadModel(const QString& dir, const QString& gates) {
     options.template_vars = m_templateVars;
     options.weights = m_weights.toStdString();
     options.kv_dtype = m_kvDtype.toStdString();
+    options.device = m_device.isEmpty() ? std::string("auto") : m_device.toStdString();
     options.image_size = m_imageSize;
     options.cancel = &m_cancel;
     engine = ChatEngine::load(dir.toStdString(), options);

@@ -94,6 +94,8 @@ class SessionWorker : public QObject {
   // f32, bf16, f16, q8, q4).
   void setWeights(const QString& weights);
   void setKvDtype(const QString& kvDtype);
+  // Where the next model loaded runs ("" = auto, cpu, cuda; compute_device.h).
+  void setDevice(const QString& device);
   void setImageSize(int imageSize);
 
  Q_SIGNALS:
@@ -170,6 +172,7 @@ class SessionWorker : public QObject {
   int m_threads = 0;                    // the setting (0 = every core)
   QString m_weights;                    // weight precision for loads ("" = the checkpoint's)
   QString m_kvDtype;                    // KV cache dtype for loads ("" = the checkpoint's default)
+  QString m_device;                     // device for loads ("" = auto)
   int m_imageSize = 0;                  // image resolution for loads (0 = the processor's own)
   std::atomic<int> m_threadsInUse{0};   // what the worker thread uses
   // The stream's positions as last read (ChatEngine::tokens), shared with the frames sent.

@@ -20,6 +20,7 @@ void check_kv_dtype_option(const std::string& kv_dtype) {
 void apply_engine_options(const EngineOptions& options) {
   check_weights_option(options.weights);
   check_kv_dtype_option(options.kv_dtype);
+  check_device_option(options.device);
   TRIMKV_CHECK(options.image_size >= 0 && options.image_size <= 16384, Input, "--image-size must be 0 (the "
                "processor's own) or a side of 1 to 16384 pixels, got ", options.image_size);
   TRIMKV_CHECK(options.threads >= 0, Input, "threads must be >= 0, got ", options.threads);
@@ -31,6 +32,7 @@ void apply_engine_options(const EngineOptions& options) {
 ModelLoadOptions model_load_options(const EngineOptions& options) {
   ModelLoadOptions o(options.weights, options.kv_dtype, options.image_size);
   o.cancel = options.cancel;
+  o.device = options.device;
   return o;
 }
 
@@ -44,6 +46,8 @@ LoadedGates load_engine_gates(const EngineOptions& options, const std::string& c
   if (!out.path.empty()) {
     auto gates = std::make_shared<RetentionGates>(load_gates(out.path));
     check_gates_fit(*gates, model.config, out.path, model.dir);
+    if (model.device != ComputeDevice::Cpu)  // scored where the decoder's hidden states are
+      gates = std::make_shared<RetentionGates>(gates->to(at::TensorOptions().device(torch_device(model.device))));
     out.gates = std::move(gates);
   }
   return out;
@@ -88,6 +92,7 @@ ModelInfo describe_text_model(const TextModel& m, const LoadedGates& gates) {
   i.eos_token_ids = c.eos_token_ids;
   i.kv_bytes_per_token = c.n_layer * c.n_kv_head * c.head_dim * 2 * static_cast<int64_t>(kernels::kv_dtype_size(m.kv_dtype));
   i.kv_dtype = kernels::kv_dtype_name(m.kv_dtype);
+  i.device = compute_device_name(m.device);
   if (gates.gates) {
     i.gates_file = gates.path;
     i.gates_kind = gate_kind_name(gates.gates->config().kind);

@@ -207,6 +207,13 @@ at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const bool plain = x.dim() == 2 && x.device().is_cpu() && x.scalar_type() == at::kFloat && w.is_contiguous() && !grad;
   if (plain && x.size(0) <= kSmallBatchRows) return linear_rows(x, w, b);
   if (plain) return linear_gemm(x, w, b, a);
+  if (!x.device().is_cpu() && (w.scalar_type() == at::kBFloat16 || w.scalar_type() == at::kHalf)) {
+    // On a GPU a 16-bit matrix multiplies 16-bit activations (tensor cores, float32 accumulation),
+    // as transformers runs such a model; the result comes back in x's dtype.
+    const at::Tensor xh = x.to(w.scalar_type());
+    const at::Tensor y = b.defined() ? at::linear(xh, w, b.to(w.scalar_type())) : at::linear(xh, w);
+    return y.to(x.scalar_type());
+  }
   // A stored low-precision matrix is unpacked for at::linear; other dtypes (float64 in
   // gradient checks) go as they are.
   const at::Tensor wf = is_low_precision(w) ? unpack_weight(w).to(x.scalar_type()) : w;

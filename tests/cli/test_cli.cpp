@@ -11,6 +11,7 @@
 #include "commands.h"
 #include "args.h"
 #include "test_util.h"
+#include "trimkv/core/compute_device.h"
 
 namespace {
 
@@ -280,4 +281,19 @@ TEST_CASE("the option parser: numbers that do not parse, fractions for integers,
   const Run r = run_cli({"train-gates", "--steps", "0"});
   REQUIRE(r.code == 2);
   REQUIRE_THAT(r.err, Catch::Contains("option '--steps' needs an integer from 1 to 100000000, got '0'"));
+}
+
+TEST_CASE("--device: cpu runs, auto falls back to the CPU, cuda without a GPU is a clean error", "[cli][device]") {
+  const trimkv::test::CliRun cpu = run_cli({"info", "--model", kModel, "--json", "--device", "cpu"});
+  CAPTURE(cpu.err);
+  REQUIRE(cpu.code == 0);
+  CHECK(nlohmann::json::parse(cpu.out)["device"] == "cpu");
+  require_clean_error(run_cli({"info", "--model", kModel, "--device", "gpu"}), "unknown device 'gpu'");
+  std::string why;
+  if (trimkv::cuda_usable(&why)) return;  // a GPU here: tests/cuda/test_cuda_runtime
+  const trimkv::test::CliRun automatic = run_cli({"info", "--model", kModel, "--json"});
+  REQUIRE(automatic.code == 0);
+  CHECK(nlohmann::json::parse(automatic.out)["device"] == "cpu");
+  require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2", "--device", "cuda"}),
+                      "--device cuda: " + why);
 }

@@ -197,7 +197,7 @@ KvCache key_cache(int n_layer, int n_kv, const std::vector<std::vector<float>>& 
 void observe_all_layers(EvictionPolicy& p, const KvCache& cache, const at::Tensor& q,
                         const at::Tensor* attn_sum = nullptr) {
   for (int il = 0; il < cache.geometry().n_layer; ++il)
-    p.observe_layer(LayerObservation{il, &q, attn_sum, cache.layer_view(il), 0.5});
+    p.observe_layer(LayerObservation{il, &q, attn_sum, cache.layer_view(il), 0.5, &cache});
 }
 
 }  // namespace

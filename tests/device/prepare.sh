@@ -1,8 +1,28 @@
 #!/usr/bin/env bash
 # Run here before a device call: copies what tests/device/run.sh needs and the GPU machine lacks
-# (Catch2's single header) into .device/ (ignored by git; name it in the device tool's `carry`).
+# into .device/ (ignored by git; name it in the device tool's `carry`):
+#  - Catch2's single header (.device/include/catch2/catch.hpp);
+#  - .device/prefix: the headers and shared libraries of the runtime's other dependencies (PCRE2,
+#    utf8proc, stb, nlohmann_json's CMake package), for run.sh's second stage, which builds
+#    core/vision/CLI against the device's LibTorch (no pkg-config needed: CMakeLists.txt's
+#    trimkv_find_pkg finds them on the CMAKE_PREFIX_PATH).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-mkdir -p "$root/.device/include/catch2"
-cp /usr/include/catch2/catch.hpp "$root/.device/include/catch2/"
+dev="$root/.device"
+rm -rf "$dev"
+mkdir -p "$dev/include/catch2" "$dev/prefix/include/stb" "$dev/prefix/lib" "$dev/prefix/share/cmake"
+cp /usr/include/catch2/catch.hpp "$dev/include/catch2/"
+p="$dev/prefix"
+cp /usr/include/pcre2.h /usr/include/utf8proc.h "$p/include/"
+cp /usr/include/stb/stb_image.h /usr/include/stb/stb_image_write.h /usr/include/stb/stb_image_resize.h "$p/include/stb/"
+cp -r /usr/include/nlohmann "$p/include/"
+cp -r /usr/share/cmake/nlohmann_json "$p/share/cmake/"
+arch_lib=/usr/lib/$(gcc -print-multiarch)
+for lib in libpcre2-8 libutf8proc libstb; do
+  real="$(readlink -f "$arch_lib/$lib.so")"
+  soname="$(objdump -p "$real" | awk '/SONAME/ {print $2}')"
+  cp "$real" "$p/lib/$soname"
+  ln -sf "$soname" "$p/lib/$lib.so"
+done
+du -sh "$dev"
 echo "tests/device/prepare.sh: .device/ ready (carry it: [\".device\"])"

@@ -71,6 +71,7 @@
 #include "session_worker.h"
 #include "system_prompt_panel.h"
 #include "timeline_chart.h"
+#include "trimkv/core/compute_device.h"
 #include "trimkv/core/default_model.h"
 
 namespace {
@@ -2281,6 +2282,21 @@ class MainWindowTest : public QObject {
     w.findChild<QAction*>(QStringLiteral("kv_own"))->trigger();
     QVERIFY(loaded.wait(kLoadTimeoutMs));
     QCOMPARE(QString::fromStdString(w.model().info.kv_dtype), QStringLiteral("f16"));
+    // File > Device: auto (checked) runs here on the CPU; CUDA is offered only where it can run,
+    // its tooltip saying why not; CPU reloads on the CPU.
+    QCOMPARE(QString::fromStdString(w.model().info.device), QStringLiteral("cpu"));
+    auto* deviceAuto = w.findChild<QAction*>(QStringLiteral("device_own"));
+    auto* deviceCuda = w.findChild<QAction*>(QStringLiteral("device_cuda"));
+    QVERIFY(deviceAuto && deviceCuda);
+    QVERIFY(deviceAuto->isChecked());
+    std::string why;
+    const bool cuda = trimkv::cuda_usable(&why);
+    QCOMPARE(deviceCuda->isEnabled(), cuda);
+    if (!cuda) QVERIFY2(deviceCuda->toolTip().contains(QString::fromStdString(why)), qPrintable(deviceCuda->toolTip()));
+    w.findChild<QAction*>(QStringLiteral("device_cpu"))->trigger();
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    QCOMPARE(w.device(), QStringLiteral("cpu"));
+    QCOMPARE(QString::fromStdString(w.model().info.device), QStringLiteral("cpu"));
   }
 
   void attachedImagesShowTheirTokensAndTheImageResolutionMenuChangesThem() {

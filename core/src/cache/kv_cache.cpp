@@ -200,12 +200,13 @@ kernels::PagedKvView KvCache::layer_view(int il) const {
   TRIMKV_CHECK(il >= 0 && il < g.n_layer, Input, "KvCache::layer_view: layer ", il, " outside [0, ",
                g.n_layer, ")");
   const at::ScalarType st = m_k.scalar_type();
-  TRIMKV_CHECK((st == at::kFloat || st == at::kBFloat16 || st == at::kHalf) && m_k.device().is_cpu(), Unsupported,
-               "KvCache::layer_view: the CPU attention kernel needs float32, bfloat16 or float16 CPU pools, got ",
-               st, " on ", m_k.device());
+  TRIMKV_CHECK(st == at::kFloat || st == at::kBFloat16 || st == at::kHalf, Unsupported,
+               "KvCache::layer_view: the attention kernels need float32, bfloat16 or float16 pools, got ", st);
   kernels::PagedKvView view;
-  view.k_pool = m_k.data_ptr();
-  view.v_pool = m_v.data_ptr();
+  if (m_k.device().is_cpu()) {  // elsewhere the view is metadata only (kv_cache.h)
+    view.k_pool = m_k.data_ptr();
+    view.v_pool = m_v.data_ptr();
+  }
   view.dtype = st == at::kFloat ? kernels::KvDtype::F32 : st == at::kBFloat16 ? kernels::KvDtype::BF16 : kernels::KvDtype::F16;
   view.n_blocks = m_k.size(0);
   view.block_size = g.block_size;
@@ -221,7 +222,9 @@ at::Tensor KvCache::gather(const at::Tensor& pool, int il, int h) const {
   const int32_t len = m_book.length(il, h);
   std::vector<int32_t> slots(static_cast<size_t>(len));
   for (int32_t e = 0; e < len; ++e) slots[static_cast<size_t>(e)] = m_book.slot(il, h, e);
-  return pool.view({-1, geometry().head_dim}).index_select(0, slots_to_index(slots, pool.device())).to(at::kFloat);
+  return pool.view({-1, geometry().head_dim})
+      .index_select(0, slots_to_index(slots, pool.device()))
+      .to(at::kCPU, at::kFloat);
 }
 
 at::Tensor KvCache::keys(int il, int h) const { return gather(m_k, il, h); }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "trimkv/core/cache_attention.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/policies.h"
 
@@ -33,8 +34,8 @@ class FastVPolicy final : public EvictionPolicy {
     const at::Tensor& q = *obs.q;
     const at::Tensor last = q.narrow(0, q.size(0) - 1, 1);
     // One query row, bottom-right aligned: it sees every entry of the layer.
-    const at::Tensor sums =
-        kernels::paged_attention_with_stats(last, obs.view, obs.scale).attn_sum.contiguous();
+    TRIMKV_ASSERT(obs.cache != nullptr);
+    const at::Tensor sums = attend_cache_layer(*obs.cache, obs.il, last, obs.scale, true).attn_sum.contiguous();
     m_attention.assign(static_cast<size_t>(obs.view.n_kv_head), {});
     for (int h = 0; h < obs.view.n_kv_head; ++h) {
       const float* row = sums.data_ptr<float>() + h * sums.size(1);

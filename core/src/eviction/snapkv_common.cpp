@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "trimkv/core/cache_attention.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/kv_cache.h"
 #include "trimkv/core/policies.h"
@@ -45,8 +46,7 @@ std::vector<std::vector<float>> snapkv_layer_scores(const KvCache& cache, int il
   const double scale = 1.0 / std::sqrt(static_cast<double>(g.head_dim));
   // The window rows are the newest w tokens, which are the last w entries of every head: the
   // kernel's bottom-right causal alignment then gives each window query exactly its causal past.
-  const at::Tensor sums = kernels::paged_attention_with_stats(window_q, cache.layer_view(il), scale)
-                              .attn_sum.contiguous();
+  const at::Tensor sums = attend_cache_layer(cache, il, window_q, scale, true).attn_sum.contiguous();
   const float* p = sums.data_ptr<float>();
   const int64_t stride = sums.size(1);
   const float inv_group = 1.0f / static_cast<float>(group);

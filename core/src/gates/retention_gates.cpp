@@ -160,13 +160,15 @@ std::vector<GateParameter> RetentionGates::named_tensors() const {
   return out;
 }
 
-RetentionGates RetentionGates::to(at::ScalarType dtype) const {
+RetentionGates RetentionGates::to(at::ScalarType dtype) const { return to(at::TensorOptions().dtype(dtype)); }
+
+RetentionGates RetentionGates::to(const at::TensorOptions& options) const {
   std::map<const void*, at::Tensor> copied;  // TensorImpl -> copy, so tying survives
   auto copy = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;
     auto it = copied.find(t.unsafeGetTensorImpl());
     if (it != copied.end()) return it->second;
-    at::Tensor c = t.detach().to(dtype).clone().contiguous();
+    at::Tensor c = t.detach().to(options).clone().contiguous();
     copied[t.unsafeGetTensorImpl()] = c;
     return c;
   };

@@ -93,7 +93,7 @@ at::Tensor TextRunner::forward_chunk(const std::vector<int32_t>& ids, const Toke
   m_n_tokens += n;
   m_next_position = next;
   if (m_evictor) m_evictor->after_forward(*m_cache, n, more_chunks);
-  return dec.logits(hidden.narrow(0, n - 1, 1)).view({-1});
+  return dec.logits(hidden.narrow(0, n - 1, 1)).view({-1}).to(at::kCPU);  // sampled on the CPU
 }
 
 void TextRunner::check_prompt(const std::vector<int32_t>& ids) const {

@@ -118,7 +118,7 @@ at::Tensor TextDecoder::decode_one(const at::Tensor& x_in, const at::Tensor& pos
     if (observe) {
       const at::Tensor q_t = at::from_blob(q, {1, nq, hd}, at::kFloat);
       observer->on_layer(LayerObservation{static_cast<int>(il), &q_t, attn_sum.defined() ? &attn_sum : nullptr,
-                                          view, scale});
+                                          view, scale, &cache});
     }
     kernels::linear_rows_into(lw.w_o, attn, nq * hd, data_or_null(lw.b_o), proj, d, 1);
     kernels::add_rows(x, proj, d);

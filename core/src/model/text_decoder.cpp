@@ -6,6 +6,7 @@
 #include <map>
 
 #include "trimkv/core/attention_observer.h"
+#include "trimkv/core/cache_attention.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/kv_cache.h"
 #include "trimkv/core/layers.h"
@@ -177,7 +178,41 @@ int64_t TextDecoder::weight_bytes() const {
 }
 
 at::Tensor TextDecoder::embed(const at::Tensor& ids) const {
-  return kernels::gather_rows(m_w.embed, ids.to(at::kLong));
+  return kernels::gather_rows(m_w.embed, ids.to(m_w.embed.device(), at::kLong));
+}
+
+at::Device TextDecoder::device() const { return m_w.embed.device(); }
+
+std::shared_ptr<TextDecoder> TextDecoder::on_device(at::Device device, std::vector<std::string>* notes) const {
+  if (device == this->device()) return std::make_shared<TextDecoder>(m_cfg, *m_family, m_w);
+  // A matrix in a block-quantised format has no GPU kernel here: it goes as bfloat16 (unpacked on
+  // the CPU, one matrix at a time). Float32, bfloat16 and float16 matrices go as they are.
+  std::map<const void*, at::Tensor> moved;  // so the tied lm_head stays the embedding
+  bool dequantised = false;
+  auto move = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined()) return t;
+    const auto it = moved.find(t.unsafeGetTensorImpl());
+    if (it != moved.end()) return it->second;
+    at::Tensor held = t;
+    if (!device.is_cpu() && kernels::is_low_precision(t) && kernels::is_quantized(kernels::format_of(t))) {
+      held = kernels::unpack_weight(t).to(at::kBFloat16);
+      dequantised = true;
+    }
+    at::Tensor d = held.to(device).contiguous();
+    moved[t.unsafeGetTensorImpl()] = d;
+    return d;
+  };
+  DecoderWeights w;
+  w.embed = move(m_w.embed);
+  w.final_norm = move(m_w.final_norm);
+  w.lm_head = move(m_w.lm_head);
+  for (const DecoderLayerWeights& l : m_w.layers)
+    w.layers.push_back({move(l.attn_norm), move(l.w_qkv), move(l.b_qkv), move(l.w_o), move(l.b_o), move(l.q_norm),
+                        move(l.k_norm), move(l.mlp_norm), move(l.w_gate_up), move(l.w_down)});
+  if (dequantised && notes)
+    notes->push_back(std::string("block-quantised matrices are held in bfloat16 on ") + device.str() +
+                     " (no quantised GPU kernel)");
+  return std::make_shared<TextDecoder>(m_cfg, *m_family, std::move(w));
 }
 
 void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x_norm,
@@ -196,7 +231,10 @@ void TextDecoder::project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x
 
 at::Tensor TextDecoder::run_layers(const at::Tensor& x_in, const at::Tensor& positions,
                                    const AttendFn& attend, const LayerInjection& inject) const {
-  const RopeTables rope = rope_tables(m_cfg.rope, m_inv_freq, positions);
+  // Positions and rotary tables are computed on the CPU (they are small) and sent where x is.
+  RopeTables rope = rope_tables(m_cfg.rope, m_inv_freq, positions.to(at::kCPU));
+  if (!x_in.device().is_cpu()) rope = {rope.cos.to(x_in.device()), rope.sin.to(x_in.device())};
+  const at::Tensor inject_rows = inject.empty() ? at::Tensor() : inject.rows.to(x_in.device());
   at::Tensor x = x_in;
   for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
     const auto& lw = m_w.layers[il];
@@ -207,7 +245,7 @@ at::Tensor TextDecoder::run_layers(const at::Tensor& x_in, const at::Tensor& pos
     x = x + kernels::linear_auto(attn, lw.w_o, lw.b_o);
     x = x + gated_mlp(rms_norm(x, lw.mlp_norm, m_cfg.rms_norm_eps), lw.w_gate_up, lw.w_down);
     if (!inject.empty() && il < static_cast<int64_t>(inject.adds.size()))
-      x = x.index_add(0, inject.rows, inject.adds[static_cast<size_t>(il)].to(x.scalar_type()));
+      x = x.index_add(0, inject_rows, inject.adds[static_cast<size_t>(il)].to(x.device(), x.scalar_type()));
   }
   return rms_norm(x, m_w.final_norm, m_cfg.rms_norm_eps);
 }
@@ -243,33 +281,25 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
   if (n == 1 && inject.empty() && m_raw_rows && fused_decode() && cache.k_pool().device().is_cpu() &&
       x_in.device().is_cpu() && x_in.scalar_type() == at::kFloat && !x_in.requires_grad())
     return decode_one(x_in, positions, token_indices, cache, scorer, observer);
+  TRIMKV_CHECK(cache.k_pool().device() == device(), Input, "the KV cache is on ", cache.k_pool().device(),
+               " but the decoder's weights are on ", device());
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
-  return run_layers(x_in, positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
-                                         const at::Tensor& k, const at::Tensor& v) {
+  return run_layers(x_in.to(device()), positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
+                                                    const at::Tensor& k, const at::Tensor& v) {
     if (il > 0 && cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "prefill cancelled");
     std::vector<float> lb;
     if (scorer) {
-      const at::Tensor log_beta = scorer->log_beta(il, h).contiguous();  // [n, n_kv]
+      const at::Tensor log_beta = scorer->log_beta(il, h).to(at::kCPU, at::kFloat).contiguous();  // [n, n_kv]
       lb.assign(log_beta.data_ptr<float>(), log_beta.data_ptr<float>() + log_beta.numel());
     }
     cache.append(static_cast<int>(il), k, v, token_indices, lb);
-    const kernels::PagedKvView view = cache.layer_view(static_cast<int>(il));
-    at::Tensor attn;
-    if (observer && observer->observes()) {
-      at::Tensor attn_sum;  // [n_kv_head, max_len], only when the observer asks
-      if (observer->wants_attention_sum()) {
-        kernels::PagedAttentionOutput r = kernels::paged_attention_with_stats(q, view, scale);
-        attn = r.out;
-        attn_sum = r.attn_sum;
-      } else {
-        attn = kernels::paged_attention(q, view, scale);
-      }
-      observer->on_layer(LayerObservation{static_cast<int>(il), &q,
-                                          attn_sum.defined() ? &attn_sum : nullptr, view, scale});
-    } else {
-      attn = kernels::paged_attention(q, view, scale);
-    }
-    return attn.view({n, m_cfg.n_head * m_cfg.head_dim});
+    const bool observe = observer && observer->observes();
+    const CacheAttention a =
+        attend_cache_layer(cache, static_cast<int>(il), q, scale, observe && observer->wants_attention_sum());
+    if (observe)
+      observer->on_layer(LayerObservation{static_cast<int>(il), &q, a.attn_sum.defined() ? &a.attn_sum : nullptr,
+                                          cache.layer_view(static_cast<int>(il)), scale, &cache});
+    return a.out.view({n, m_cfg.n_head * m_cfg.head_dim});
   }, inject);
 }
 

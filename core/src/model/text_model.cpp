@@ -40,15 +40,17 @@ kernels::KvDtype resolve_kv_dtype(const std::string& requested, DType stored) {
 }
 
 at::TensorOptions kv_tensor_options(const TextModel& model) {
+  const at::TensorOptions on = at::TensorOptions().device(torch_device(model.device));
   switch (model.kv_dtype) {
-    case kernels::KvDtype::BF16: return at::TensorOptions().dtype(at::kBFloat16);
-    case kernels::KvDtype::F16: return at::TensorOptions().dtype(at::kHalf);
-    default: return at::TensorOptions().dtype(at::kFloat);
+    case kernels::KvDtype::BF16: return on.dtype(at::kBFloat16);
+    case kernels::KvDtype::F16: return on.dtype(at::kHalf);
+    default: return on.dtype(at::kFloat);
   }
 }
 
-TextModel load_text_model(const std::string& dir, const ModelLoadOptions& options) {
-  if (fs::is_regular_file(dir)) return load_gguf_text_model(dir, options);  // a file can only be GGUF
+namespace {
+
+TextModel load_text_folder(const std::string& dir, const ModelLoadOptions& options) {
   TRIMKV_CHECK(fs::is_directory(dir), Io, "model folder '", dir, "' does not exist");
   const std::string config_path = (fs::path(dir) / "config.json").string();
   TRIMKV_CHECK(fs::exists(config_path), Io, "model folder '", dir, "' has no config.json");
@@ -76,6 +78,19 @@ TextModel load_text_model(const std::string& dir, const ModelLoadOptions& option
     TRIMKV_CHECK(m.tokenizer->vocab_size() <= m.config.vocab_size, Config, "tokenizer '",
                  m.tokenizer->path(), "' has ids up to ", m.tokenizer->vocab_size() - 1,
                  " but the model's vocab_size is ", m.config.vocab_size);
+  }
+  return m;
+}
+
+}  // namespace
+
+TextModel load_text_model(const std::string& dir, const ModelLoadOptions& options) {
+  const ComputeDevice device = resolve_compute_device(options.device);  // refused before any read
+  // A file can only be GGUF.
+  TextModel m = fs::is_regular_file(dir) ? load_gguf_text_model(dir, options) : load_text_folder(dir, options);
+  if (device != ComputeDevice::Cpu) {
+    m.decoder = m.decoder->on_device(torch_device(device), &m.weight_notes);
+    m.device = device;
   }
   return m;
 }

@@ -9,13 +9,18 @@
 
 namespace trimkv {
 
+class KvCache;
+
 // One layer of one forward, as the attention step saw it.
 struct LayerObservation {
   int il = 0;
-  const at::Tensor* q = nullptr;         // [n_q, n_head, head_dim] rotated queries of the new rows
-  const at::Tensor* attn_sum = nullptr;  // [n_kv_head, max_len] or null (not asked for)
+  const at::Tensor* q = nullptr;         // [n_q, n_head, head_dim] rotated queries of the new rows,
+                                         // on the cache's device
+  const at::Tensor* attn_sum = nullptr;  // [n_kv_head, max_len] on the CPU, or null (not asked for)
   kernels::PagedKvView view;             // this layer, new entries appended; valid during the call
+                                         // (pools null when the cache is not on the CPU)
   double scale = 1.0;                    // attention scale (1/sqrt(head_dim))
+  const KvCache* cache = nullptr;        // the cache (attend_cache_layer attends on its device)
 };
 
 class AttentionObserver {

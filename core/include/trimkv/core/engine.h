@@ -40,6 +40,7 @@ struct ModelInfo {
   std::vector<int32_t> eos_token_ids;
   int64_t kv_bytes_per_token = 0;  // K and V of one token over all layers and KV heads, as stored
   std::string kv_dtype;            // how the KV cache stores K and V: f32, bf16, f16
+  std::string device;              // where the model runs: cpu | cuda
   std::string gates_file;          // retention gates in use ("" = none)
   std::string gates_kind;          // dbtrimkv | trimkv
   int64_t gates_parameters = 0;
@@ -62,6 +63,8 @@ struct EngineOptions {
   // How the KV cache stores K and V (ModelLoadOptions): "" = f16 for checkpoints stored in 16
   // bits or fewer, else f32; or f32, bf16, f16.
   std::string kv_dtype;
+  // Where the model runs (compute_device.h): cpu, cuda, or auto (the GPU when one can be used).
+  std::string device = "cpu";
   // Vision-language checkpoints: image resolution in pixels on a side (ModelLoadOptions); 0 = the
   // processor's own.
   int image_size = 0;

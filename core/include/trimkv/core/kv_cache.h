@@ -62,10 +62,11 @@ class KvCache {
   int32_t length(int il, int h) const { return m_book.length(il, h); }
 
   // View of layer il for the attention kernel; valid until the next mutation. Requires float32,
-  // bfloat16 or float16 CPU pools.
+  // bfloat16 or float16 pools. On a device other than the CPU the pools are null (the tables,
+  // lengths and first rows are the host's): attend through attend_cache_layer there.
   kernels::PagedKvView layer_view(int il) const;
 
-  // Gathered copies of head h of layer il in cache order, as float32.
+  // Gathered copies of head h of layer il in cache order, as float32 on the CPU.
   at::Tensor keys(int il, int h) const;             // [length, head_dim]
   at::Tensor values(int il, int h) const;           // [length, head_dim]
   const at::Tensor& k_pool() const { return m_k; }  // [capacity_blocks, block_size, head_dim]

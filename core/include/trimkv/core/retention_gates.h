@@ -90,6 +90,8 @@ class RetentionGates : public EntryScorer {
 
   // Deep copy (tying preserved), converted to `dtype`; the copy does not require grad.
   RetentionGates to(at::ScalarType dtype) const;
+  // The same with the options' device and/or dtype (what they leave unset stays).
+  RetentionGates to(const at::TensorOptions& options) const;
   RetentionGates clone() const { return to(scalar_type()); }
   at::ScalarType scalar_type() const;
   void set_requires_grad(bool on);

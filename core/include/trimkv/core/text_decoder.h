@@ -85,6 +85,12 @@ class TextDecoder {
   const TextFamily& family() const { return *m_family; }
   const DecoderWeights& weights() const { return m_w; }
   int64_t parameter_count() const;
+  // Where the weights are (every weight is on one device).
+  at::Device device() const;
+  // The same decoder with its weights on `device` (compute_device.h): float32, bfloat16 and
+  // float16 matrices as they are, block-quantised ones (q8_0, q4_0...) as bfloat16 on a GPU (said
+  // in `notes`). The cached path then runs there, with a KvCache on the same device.
+  std::shared_ptr<TextDecoder> on_device(at::Device device, std::vector<std::string>* notes = nullptr) const;
   int64_t weight_bytes() const;  // bytes held in memory by every weight (the stored formats)
 
   at::Tensor embed(const at::Tensor& ids /* [n] int64 */) const;  // -> [n, d]
@@ -107,8 +113,9 @@ class TextDecoder {
                            std::vector<at::Tensor>* log_beta_out = nullptr,
                            const QkObserver& on_qk = {}, const LayerInjection& inject = {}) const;
 
-  // Cached path: x [n, d], positions [n] (rope), token_indices [n] (sequential stream indices,
-  // already registered in the cache). Appends each layer's K/V (and log β from `scorer`, if any)
+  // Cached path: x [n, d] (any device: taken to the weights'), positions [n] (rope; computed on
+  // the CPU), token_indices [n] (sequential stream indices, already registered in the cache, which
+  // must be on the weights' device). Appends each layer's K/V (and log β from `scorer`, if any)
   // then attends over the cache. Returns final-normed hidden states [n, d].
   // `observer` (optional): receives each layer's queries and, when it asks, the per-entry
   // attention sums (eviction policies that need attention statistics; attention_observer.h).
@@ -123,6 +130,15 @@ class TextDecoder {
 
   at::Tensor logits(const at::Tensor& hidden /* [n, d] */) const;  // -> [n, vocab]
 
+  // The layer stack shared by both paths with the caller's attention, the only difference
+  // between them: (il, x_norm [n, d], q [n, n_head, hd], k, v [n, n_kv_head, hd]) ->
+  // [n, n_head * hd]. x [n, d] on the weights' device; positions as forward_cached's. For
+  // baselines (e.g. a dense cache in a benchmark) and the two paths themselves.
+  using AttendFn = std::function<at::Tensor(int64_t, const at::Tensor&, const at::Tensor&,
+                                            const at::Tensor&, const at::Tensor&)>;
+  at::Tensor run_layers(const at::Tensor& x, const at::Tensor& positions, const AttendFn& attend,
+                        const LayerInjection& inject = {}) const;
+
   // Whether forward_cached runs one-token CPU steps through decode_one (default: yes). Off, every
   // step takes the ATen path; for tests and benchmarks that compare the two.
   static void set_fused_decode(bool on);
@@ -135,13 +151,6 @@ class TextDecoder {
                         KvCache& cache, const EntryScorer* scorer, AttentionObserver* observer) const;
   // Whether every vector decode_one reads is float32 and contiguous (set at construction).
   bool rows_are_raw() const;
-
-  // The layer stack shared by both paths; `attend` is the only difference between them:
-  // (il, x_norm [n, d], q [n, n_head, hd], k, v [n, n_kv_head, hd]) -> [n, n_head * hd].
-  using AttendFn = std::function<at::Tensor(int64_t, const at::Tensor&, const at::Tensor&,
-                                            const at::Tensor&, const at::Tensor&)>;
-  at::Tensor run_layers(const at::Tensor& x, const at::Tensor& positions, const AttendFn& attend,
-                        const LayerInjection& inject) const;
 
   // q, k, v of one layer, normed (Qwen3) and rotated. x_norm: [n, d].
   void project_qkv(const DecoderLayerWeights& lw, const at::Tensor& x_norm, const RopeTables& rope,

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "trimkv/core/compute_device.h"
 #include "trimkv/core/model_config.h"
 #include "trimkv/core/safetensors.h"
 #include "trimkv/core/text_decoder.h"
@@ -25,6 +26,7 @@ struct TextModel {
   std::string weight_root;                // text_weight_root: e.g. "model.language_model." 
   kernels::WeightFormat weight_format = kernels::WeightFormat::F32;  // how the matrices are held
   kernels::KvDtype kv_dtype = kernels::KvDtype::F32;                // how the KV cache stores K and V
+  ComputeDevice device = ComputeDevice::Cpu;  // where the decoder's weights and the KV cache live
   std::vector<std::string> weight_notes;  // matrices held in another format than asked, and why
   std::string weight_cache_note;          // what the weight cache did (weight_cache.h); "" if unused
   // A chat template carried inside the model file (GGUF's tokenizer.chat_template); "" for
@@ -53,6 +55,9 @@ struct ModelLoadOptions {
   // tower itself). Otherwise a checkpoint with a vision tower is refused: loading only its text
   // decoder would drop the images without a word.
   bool text_of_vlm = false;
+  // Where the model runs (compute_device.h): "cpu", "cuda", or "" / "auto" (the GPU when one can
+  // be used). The weights are read on the CPU and then sent there.
+  std::string device = "cpu";
   // A stop polled before every tensor is read (WeightStore::set_cancel): Error{Cancelled} naming
   // the checkpoint; nothing is kept. Null: the load runs to its end.
   const std::atomic<bool>* cancel = nullptr;
@@ -61,7 +66,7 @@ struct ModelLoadOptions {
 // The KV dtype `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming
 // an unknown dtype).
 kernels::KvDtype resolve_kv_dtype(const std::string& requested, DType stored);
-// Tensor options of a KvCache for `model` (its kv_dtype, on the CPU).
+// Tensor options of a KvCache for `model` (its kv_dtype, on its device).
 at::TensorOptions kv_tensor_options(const TextModel& model);
 
 // The format `requested` resolves to for a checkpoint stored as `stored` (Error{Input} naming an

@@ -70,7 +70,8 @@ const char* lowp_kernel_isa();
 bool force_lowp_kernel_isa(const std::string& name);
 
 // Without autograd: linear_rows() for n <= kSmallBatchRows rows, linear_gemm() above;
-// with autograd (training): at::linear (a low-precision w converted to float32 first).
+// with autograd (training): at::linear (a low-precision w converted to float32 first); off the
+// CPU: at::linear, a bfloat16/float16 w with activations in its dtype (result in x's dtype).
 at::Tensor linear_auto(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b = {},
                        Activations a = Activations::Exact);
 
