@@ -48,6 +48,7 @@ int cmd_train_gates(int argc, char** argv, int first) {
       {"checkpoint", "FILE", "checkpoint file (default: OUT.ckpt)"},
       ranged_int("checkpoint-every", "N", "write a checkpoint every N steps (default 100; 0 = only at the end)", 0, 100000000),
       {"resume", "", "continue from the checkpoint (same options, model and data required)"},
+      {"device", "D", "where the teacher, the student and the gates run: cpu, cuda, or auto = the GPU when one can be used (default auto; data-parallel ranks: cpu)"},
       threads_option("CPU threads (default: LibTorch's own; train-demo's gates use every hardware thread, pass that to reproduce them; keep it fixed across --resume)"),
       ranged_int("nproc", "N", "data parallel: start N local ranks of this command over Gloo, the batch split between them (default 1); --threads is per rank (default: the cores / N). Across machines start one process per rank with RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT set", 1, 1024),
       ranged_real("dist-timeout", "S", "data parallel: seconds a rank waits for the others (joining, and at each step) before failing (default 1800)", 1, 1e7),
@@ -107,6 +108,8 @@ int cmd_train_gates(int argc, char** argv, int first) {
   o.checkpoint_every = args.get_int("checkpoint-every", 100);
   o.resume = args.flag("resume");
   o.threads = threads_arg(args);
+  o.device = device_arg(args);
+  if (o.parallel.world_size > 1 && !args.has("device")) o.device = "cpu";  // Gloo ranks are CPU ranks
   if (o.untied && o.kind != GateKind::DBTrimKV) throw UsageError("--untied applies to --kind dbtrimkv only");
   const bool json = args.flag("json");
   const bool tty = isatty(fileno(stderr));

@@ -111,11 +111,12 @@ namespace {
 
 // y[:, o0 : o0 + w.size(0)] (row stride ldy) = x wᵀ (+ b) for a float32 matrix w.
 void sgemm_into(const at::Tensor& x, const at::Tensor& w, const float* b, float* y, int64_t ldy) {
-  const int64_t n = x.size(0), in = x.size(1), out = w.size(0);
+  const int64_t n = x.size(0), out = w.size(0);
   if (b) {
     for (int64_t r = 0; r < n; ++r) std::copy(b, b + out, y + r * ldy);
   }
 #ifdef TRIMKV_HAVE_DNNL
+  const int64_t in = x.size(1);
   const dnnl_status_t st = dnnl_sgemm('N', 'T', n, out, in, 1.0f, x.data_ptr<float>(), in, w.data_ptr<float>(), in,
                                       b ? 1.0f : 0.0f, y, ldy);
   check(st == dnnl_success, "dnnl_sgemm failed with status " + std::to_string(int(st)));

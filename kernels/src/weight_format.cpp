@@ -207,6 +207,16 @@ at::Tensor unpack_rows(const at::Tensor& w, int64_t r0, int64_t r1) {
 
 at::Tensor unpack_weight(const at::Tensor& w) { return unpack_rows(w, 0, w.size(0)); }
 
+at::Tensor weight_on_device(const at::Tensor& w, const at::Device& device, bool* dequantised) {
+  if (!w.defined() || w.device() == device) return w;
+  at::Tensor held = w;
+  if (!device.is_cpu() && is_low_precision(w) && is_quantized(format_of(w))) {
+    held = unpack_weight(w).to(at::kBFloat16);
+    if (dequantised) *dequantised = true;
+  }
+  return held.to(device).contiguous();
+}
+
 at::Tensor gather_rows(const at::Tensor& w, const at::Tensor& ids) {
   const at::Tensor idx = ids.to(at::kLong).contiguous();
   if (!is_low_precision(w)) return at::embedding(w, idx);  // float32 (or float64 in gradient checks) as it is

@@ -296,4 +296,9 @@ TEST_CASE("--device: cpu runs, auto falls back to the CPU, cuda without a GPU is
   CHECK(nlohmann::json::parse(automatic.out)["device"] == "cpu");
   require_clean_error(run_cli({"generate", "--model", kModel, "--prompt-ids", "1,2", "--device", "cuda"}),
                       "--device cuda: " + why);
+  trimkv::test::ScratchDir dir("device-train");
+  trimkv::test::write_text(dir.file("d.jsonl"), "{\"ids\": [5, 6, 7, 8, 9, 10]}\n");
+  require_clean_error(run_cli({"train-gates", "--model", kModel, "--data", dir.file("d.jsonl"), "--out",
+                               dir.file("g.safetensors"), "--steps", "1", "--device", "cuda"}),
+                      "--device cuda: " + why);
 }

@@ -13,6 +13,10 @@
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -21,12 +25,14 @@
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/eviction_policy.h"
 #include "trimkv/core/evictor.h"
+#include "trimkv/core/gate_file.h"
 #include "trimkv/core/generation.h"
 #include "trimkv/core/kv_cache.h"
 #include "trimkv/core/retention_gates.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/text_model.h"
 #include "trimkv/core/trace.h"
+#include "trimkv/core/train_gates.h"
 #include "trimkv/vision/vlm.h"
 
 using namespace trimkv;
@@ -137,7 +143,7 @@ void compare_runs(const DeviceRun& cpu, const DeviceRun& gpu, double tol) {
     CHECK(a[e].entries_before == b[e].entries_before);
     CHECK(a[e].entries_after == b[e].entries_after);
     CHECK(a[e].blocks_freed == b[e].blocks_freed);
-    CHECK(a[e].heads == b[e].heads);  // kept / evicted counts and evicted tokens, head by head
+    CHECK((a[e].heads == b[e].heads));  // kept / evicted counts and evicted tokens, head by head
   }
 }
 
@@ -190,6 +196,83 @@ TEST_CASE("cuda runtime: the demo model answers a picture as on the CPU", "[cuda
   }
   CHECK(max_abs_diff(logits[0], logits[1]) < 1e-3);
   CHECK(answers[0] == answers[1]);
+}
+
+TEST_CASE("cuda runtime: every vision-language family (tower and decoder on the GPU) matches the CPU",
+          "[cuda][runtime][vlm]") {
+  struct Case {
+    const char* model;
+    const char* image;
+    const char* policy;  // visionzip reduces the image tokens from the tower's own statistics
+  };
+  for (const Case& c : {Case{"idefics3", "a.png", "full"}, Case{"idefics3", "a.png", "visionzip"},
+                        Case{"smolvlm", "a.png", "full"}, Case{"qwen2_vl", "qwen_a.png", "full"},
+                        Case{"qwen2_5_vl", "qwen_tall.png", "full"}, Case{"qwen3_vl", "qwen_a.png", "full"},
+                        Case{"qwen3_vl", "qwen_a.png", "snapkv"}}) {
+    INFO(c.model << " " << c.policy);
+    std::vector<at::Tensor> logits;
+    std::vector<std::vector<int32_t>> tokens;
+    for (const char* device : {"cpu", "cuda"}) {
+      ModelLoadOptions o;
+      o.device = device;
+      const auto vlm = vision::load_vlm(std::string(TRIMKV_TEST_DATA_DIR) + "/vlm/" + c.model, {}, o);
+      Session session(vlm->text, vlm->encoder);
+      EvictionSettings ev;
+      ev.policy = c.policy;
+      if (std::string(c.policy) == "snapkv") ev.budget_per_head = 24;
+      session.set_eviction(ev, nullptr);
+      session.add_user_turn(content_from_prompt(
+          "<image>What is this?", {std::string(TRIMKV_TEST_DATA_DIR) + "/vlm/images/" + c.image}));
+      logits.push_back(session.pending_logits().to(at::kCPU));
+      GenerationParams gp;
+      gp.max_new_tokens = 6;
+      gp.stop_at_eos = false;
+      tokens.push_back(session.generate(gp).tokens);
+    }
+    CHECK(max_abs_diff(logits[0], logits[1]) < 1e-3);
+    CHECK(tokens[0] == tokens[1]);
+  }
+}
+
+TEST_CASE("cuda runtime: gate training on the GPU follows the CPU's", "[cuda][runtime][training]") {
+  // The same data, init and steps with the teacher, student and gates on either device.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "trimkv-cuda-train";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream data(dir / "data.jsonl");
+    std::mt19937 rng(2);
+    for (int i = 0; i < 6; ++i) {
+      data << "{\"ids\": [";
+      for (int t = 0; t < 32; ++t) data << (t ? ", " : "") << 3 + static_cast<int>(rng() % 300);
+      data << "]}\n";
+    }
+  }
+  std::vector<RetentionGates> trained;
+  for (const char* device : {"cpu", "cuda"}) {
+    TrainOptions o;
+    o.model_dir = model_dir("llama_gqa");
+    o.data_path = (dir / "data.jsonl").string();
+    o.out_path = (dir / (std::string(device) + ".safetensors")).string();
+    o.gate_hidden = 16;
+    o.budget = 4;
+    o.steps = 6;
+    o.batch = 2;
+    o.lr = 0.05;
+    o.min_lr = 0.005;
+    o.warmup = 1;
+    o.checkpoint_every = 0;
+    o.seed = 3;
+    o.device = device;
+    REQUIRE(train_gates(o).steps_done == 6);
+    trained.push_back(load_gates(o.out_path));
+  }
+  const auto a = trained[0].named_tensors(), b = trained[1].named_tensors();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].name);
+    CHECK(max_abs_diff(a[i].tensor, b[i].tensor) < 1e-3);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("cuda runtime: --device cuda puts the weights and the cache on the GPU", "[cuda][runtime]") {

@@ -34,7 +34,7 @@ echo "stage 1 build: $(( $(date +%s) - t0 )) s"
 status=0
 "$build/tests/cuda/test_cuda" --order lex > "$out/test.txt" 2>&1 || status=$?
 tail -25 "$out/test.txt"
-"$build/tests/cuda/bench_cuda" | tee "$out/bench.md"
+{ "$build/tests/cuda/bench_cuda" || echo "bench_cuda: exit status $?"; } | tee "$out/bench.md"
 
 # Stage 2: the runtime. The libraries carried in .device/prefix are found at run time too.
 t1=$(date +%s)
@@ -51,5 +51,6 @@ echo "stage 2 build: $(( $(date +%s) - t1 )) s"
 "$full/app/trimkv" info --device cuda | grep -E "^(model|device|weights|KV cache)" || status=1
 "$full/tests/cuda/test_cuda_runtime" --order lex > "$out/runtime.txt" 2>&1 || status=$?
 tail -25 "$out/runtime.txt"
-{ "$full/tests/cuda/bench_cuda_e2e"; python3 "$root/tests/device/bench_transformers.py"; } | tee "$out/e2e.md"
+{ "$full/tests/cuda/bench_cuda_e2e" || echo "bench_cuda_e2e: exit status $?"
+  python3 "$root/tests/device/bench_transformers.py" || echo "bench_transformers.py: exit status $?"; } | tee "$out/e2e.md"
 exit $status

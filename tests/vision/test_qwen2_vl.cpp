@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
 
 #include <algorithm>
 #include <atomic>

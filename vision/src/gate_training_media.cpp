@@ -72,12 +72,12 @@ void VlmSampleEncoder::prepare(TrainingSample& sample) const {
     if (n_image > 0) {
       TRIMKV_ASSERT(seg.image_embeddings.defined() && seg.image_embeddings.size(0) == n_image,
                     "user_turn: ", n_image, " image positions but a different number of embedding rows");
-      rows.push_back(seg.image_embeddings.detach().to(at::kFloat));
+      rows.push_back(seg.image_embeddings.detach().to(at::kCPU, at::kFloat));  // the dataset stays in host memory
       if (!seg.deepstack.empty()) {
         TRIMKV_CHECK(deepstack.size() == rows.size() - 1, Input,
                      "turn ", k + 1, ": deepstack features on some image turns only");
         deepstack.emplace_back();
-        for (const at::Tensor& d : seg.deepstack) deepstack.back().push_back(d.detach().to(at::kFloat));
+        for (const at::Tensor& d : seg.deepstack) deepstack.back().push_back(d.detach().to(at::kCPU, at::kFloat));
       }
     }
     TRIMKV_ASSERT(seg.rope.empty() || seg.rope.size() == seg.ids.size(), "user_turn: rotary offsets and ids differ");
@@ -131,7 +131,7 @@ at::Tensor VlmSampleEncoder::embed(TrainingSample& sample) const {
       if (sample.is_media[i]) pos.push_back(static_cast<int64_t>(i));
     TRIMKV_ASSERT(static_cast<int64_t>(pos.size()) == sample.media.size(0) && sample.is_media.size() == sample.ids.size(),
                   "sample of line ", sample.line, ": media rows do not match its positions");
-    x.index_copy_(0, at::tensor(pos, at::kLong), sample.media);  // as Session merges them
+    x.index_copy_(0, at::tensor(pos, at::kLong).to(x.device()), sample.media.to(x.device()));  // as Session merges them
   }
   return x;
 }
@@ -148,7 +148,7 @@ TrainResult train_gates_vlm(const TrainOptions& options, const std::function<voi
     // by the template, as chat and eval present them, so the gates learn on the stream they will
     // see. Without one, core's plain layout (text "\n" answer <eos>), on the model loaded here.
     auto text = std::make_shared<VlmModel>();
-    text->text = load_text_model(options.model_dir, {"f32"});  // autograd runs in float32
+    text->text = load_text_model(options.model_dir, training_load_options(options));  // float32, for autograd
     std::shared_ptr<const TextTurnEncoder> encoder;
     if (text->text.tokenizer) encoder = make_text_turn_encoder(text->text, {});
     if (!encoder || !encoder->has_chat_template())
@@ -157,7 +157,8 @@ TrainResult train_gates_vlm(const TrainOptions& options, const std::function<voi
     const VlmSampleEncoder layout(text);
     return train_gates_on(text->text, &layout, options, on_warning, on_setup, on_progress, cancel);
   }
-  const std::shared_ptr<const VlmModel> model = load_vlm(options.model_dir, {}, {"f32"});  // autograd runs in float32
+  const std::shared_ptr<const VlmModel> model =
+      load_vlm(options.model_dir, {}, training_load_options(options));  // float32, for autograd
   const VlmSampleEncoder media(model);
   return train_gates_on(model->text, &media, options, on_warning, on_setup, on_progress, cancel);
 }

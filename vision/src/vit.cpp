@@ -44,6 +44,12 @@ at::Tensor hold_tower_matrix(at::Tensor w, kernels::WeightFormat format) {
   return kernels::pack_weight(w, kernels::format_fits(format, w.size(1)) ? format : kernels::WeightFormat::BF16);
 }
 
+VitLayerWeights vit_layer_on_device(const VitLayerWeights& w, const at::Device& device, bool* dequantised) {
+  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, dequantised); };
+  return {on(w.ln1_w), on(w.ln1_b), on(w.w_qkv), on(w.b_qkv), on(w.w_o),   on(w.b_o),
+          on(w.ln2_w), on(w.ln2_b), on(w.w_fc1), on(w.b_fc1), on(w.w_fc2), on(w.b_fc2)};
+}
+
 at::Tensor tower_linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   return kernels::linear_auto(x, w, b, kernels::Activations::Bf16);
 }
@@ -105,6 +111,10 @@ at::Tensor bidirectional_attention(const at::Tensor& q, const at::Tensor& k, con
     received = at::zeros({n}, q.options().dtype(at::kFloat));
     keys = at::zeros({n, hd}, q.options().dtype(at::kFloat));
   }
+  // x yᵀ: linear_gemm on the CPU, LibTorch's matmul elsewhere (a tower on the GPU).
+  const auto gemm = [](const at::Tensor& x, const at::Tensor& y) {
+    return x.device().is_cpu() ? kernels::linear_gemm(x, y) : at::matmul(x, y.t());
+  };
   for (int64_t h = 0; h < nh; ++h) {
     const at::Tensor kh = k.select(1, h).contiguous();                               // [n, hd]
     const at::Tensor vt = v.select(1, h).t().contiguous();                           // [hd, n]
@@ -112,8 +122,8 @@ at::Tensor bidirectional_attention(const at::Tensor& q, const at::Tensor& k, con
     for (int64_t r = 0; r < n; r += kAttentionRowBlock) {
       if (cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "image encoding cancelled");
       const int64_t rows = std::min(kAttentionRowBlock, n - r);
-      const at::Tensor probs = at::softmax(kernels::linear_gemm(qh.narrow(0, r, rows), kh) * scale, -1);  // [rows, n]
-      out.narrow(0, r, rows).narrow(1, h * hd, hd).copy_(kernels::linear_gemm(probs, vt));              // [rows, hd]
+      const at::Tensor probs = at::softmax(gemm(qh.narrow(0, r, rows), kh) * scale, -1);  // [rows, n]
+      out.narrow(0, r, rows).narrow(1, h * hd, hd).copy_(gemm(probs, vt));              // [rows, hd]
       if (stats) received.add_(probs.sum(0).to(at::kFloat));  // column sums: attention received
     }
     if (stats) keys.add_(kh.to(at::kFloat));

@@ -25,7 +25,8 @@ VisionZipResult visionzip_select(const at::Tensor& attention_in, const at::Tenso
                "visionzip: embeddings must be [", n, ", d], got ", embeddings.sizes());
   TRIMKV_CHECK(n_dominant >= 0 && n_contextual >= 0, Input,
                "visionzip: dominant and contextual counts must be >= 0");
-  const at::Tensor attention = attention_in.to(at::kFloat).contiguous();
+  // A host algorithm: inputs from a tower on the GPU come to the CPU.
+  const at::Tensor attention = attention_in.to(at::kCPU, at::kFloat).contiguous();
   const float* a = attention.data_ptr<float>();
 
   VisionZipResult r;
@@ -50,7 +51,7 @@ VisionZipResult visionzip_select(const at::Tensor& attention_in, const at::Tenso
       r.contextual_seed.push_back(rest[static_cast<size_t>(c * step)]);
       seed_of_rest[static_cast<size_t>(c * step)] = static_cast<int32_t>(c);
     }
-    const at::Tensor keys = keys_in.to(at::kFloat);
+    const at::Tensor keys = keys_in.to(at::kCPU, at::kFloat);
     const at::Tensor kn = keys / keys.norm(2, {1}, true).clamp_min(1e-12);
     const at::Tensor seeds = kn.index_select(
         0, at::tensor(std::vector<int64_t>(r.contextual_seed.begin(), r.contextual_seed.end()),
@@ -75,11 +76,12 @@ VisionZipResult visionzip_select(const at::Tensor& attention_in, const at::Tenso
 at::Tensor visionzip_reduce_rows(const VisionZipResult& r, const at::Tensor& x) {
   std::vector<at::Tensor> rows;
   if (!r.dominant.empty())
-    rows.push_back(x.index_select(0, at::tensor(std::vector<int64_t>(r.dominant.begin(), r.dominant.end()), at::kLong)));
+    rows.push_back(x.index_select(
+        0, at::tensor(std::vector<int64_t>(r.dominant.begin(), r.dominant.end()), at::kLong).to(x.device())));
   std::vector<std::vector<int64_t>> members(r.contextual_seed.size());
   for (size_t t = 0; t < r.assignment.size(); ++t)
     if (r.assignment[t] >= 0) members[static_cast<size_t>(r.assignment[t])].push_back(static_cast<int64_t>(t));
-  for (const auto& m : members) rows.push_back(x.index_select(0, at::tensor(m, at::kLong)).mean(0, true));
+  for (const auto& m : members) rows.push_back(x.index_select(0, at::tensor(m, at::kLong).to(x.device())).mean(0, true));
   return rows.empty() ? x.narrow(0, 0, 0) : at::cat(rows, 0);
 }
 

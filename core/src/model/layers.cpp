@@ -117,7 +117,7 @@ at::Tensor dense_causal_attention(const at::Tensor& q, const at::Tensor& k, cons
   at::Tensor vh = v.permute({1, 0, 2}).repeat_interleave(group, 0);                 // [H, n, hd]
   at::Tensor logits = at::matmul(qh, kh.transpose(1, 2)) * scale;                   // [H, n, n]
   if (logit_bias.defined()) logits = logits + logit_bias.repeat_interleave(group, 0);
-  at::Tensor mask = at::ones({n, n}, at::kBool).triu(1);
+  at::Tensor mask = at::ones({n, n}, q.options().dtype(at::kBool)).triu(1);
   logits = logits.masked_fill(mask, -std::numeric_limits<float>::infinity());
   at::Tensor probs = at::softmax(logits, -1);
   return at::matmul(probs, vh).permute({1, 0, 2}).reshape({n, n_head * hd});
@@ -128,7 +128,7 @@ at::Tensor retention_logit_bias(const at::Tensor& log_beta) {
   at::Tensor idx = at::arange(n, log_beta.options());
   at::Tensor dist = idx.unsqueeze(1) - idx.unsqueeze(0);                   // [n, n]: t - i
   at::Tensor bias = dist.unsqueeze(0) * log_beta.t().unsqueeze(1);         // [n_kv, n, n]
-  at::Tensor upper = at::ones({n, n}, at::kBool).triu(1);
+  at::Tensor upper = at::ones({n, n}, log_beta.options().dtype(at::kBool)).triu(1);
   return bias.masked_fill(upper, -std::numeric_limits<double>::infinity());
 }
 

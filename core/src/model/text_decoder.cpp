@@ -193,14 +193,7 @@ std::shared_ptr<TextDecoder> TextDecoder::on_device(at::Device device, std::vect
     if (!t.defined()) return t;
     const auto it = moved.find(t.unsafeGetTensorImpl());
     if (it != moved.end()) return it->second;
-    at::Tensor held = t;
-    if (!device.is_cpu() && kernels::is_low_precision(t) && kernels::is_quantized(kernels::format_of(t))) {
-      held = kernels::unpack_weight(t).to(at::kBFloat16);
-      dequantised = true;
-    }
-    at::Tensor d = held.to(device).contiguous();
-    moved[t.unsafeGetTensorImpl()] = d;
-    return d;
+    return moved[t.unsafeGetTensorImpl()] = kernels::weight_on_device(t, device, &dequantised);
   };
   DecoderWeights w;
   w.embed = move(m_w.embed);

@@ -99,7 +99,8 @@ at::Tensor Session::embeds_of(const Stored& s) const {
     std::vector<int64_t> image_rows;
     for (size_t i = 0; i < s.infos.size(); ++i)
       if (s.infos[i].modality == Modality::Image) image_rows.push_back(static_cast<int64_t>(i));
-    e.index_copy_(0, at::tensor(image_rows, at::kLong), s.image_embeds);
+    // The image features may come from a tower on another device than the decoder's.
+    e.index_copy_(0, at::tensor(image_rows, at::kLong).to(e.device()), s.image_embeds.to(e.device()));
   }
   return e;
 }

@@ -86,7 +86,7 @@ GateLoss gate_loss(const TextDecoder& decoder, const RetentionGates& gates, cons
   std::vector<at::Tensor> log_beta;
   at::Tensor h = decoder.forward_dense(x, positions, {}, &gates, &log_beta, {}, inject);
   at::Tensor student = decoder.logits(h.index_select(0, idx));  // [m, V]
-  at::Tensor all = at::ones({idx.numel()}, at::kBool);
+  at::Tensor all = at::ones({idx.numel()}, x.options().dtype(at::kBool));
   QualityTerms q = quality_loss(student, teacher, targets.to(at::kLong).index_select(0, idx), all,
                                 options.reverse_kl);
   at::Tensor capacity = retention_capacity(log_beta);

@@ -108,7 +108,10 @@ GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptio
   gc.bias_init = o.bias_init;
   gc.train_budget = static_cast<int64_t>(std::llround(o.budget));
   if (is_pth_path(o.out_path)) check_pth_writable(gc, o.out_path);  // before any step, not after the last
-  I.gates = std::make_unique<RetentionGates>(RetentionGates::init(gc, o.seed));
+  // Initialised on the CPU (the portable generator: the same gates on every device), then placed
+  // beside the model.
+  I.gates = std::make_unique<RetentionGates>(
+      RetentionGates::init(gc, o.seed).to(at::TensorOptions().device(model.decoder->device())));
   I.gates->set_requires_grad(true);
   I.params = I.gates->parameters();
   std::vector<NamedParameter> named;
@@ -265,8 +268,9 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
         tgt[t] = sample.ids[t + 1];
         mask[t] = sample.is_label[t + 1];
       }
-      at::Tensor targets = at::tensor(tgt, at::kLong);
-      at::Tensor mask_t = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong).to(at::kBool);
+      x = x.to(dec.device());
+      at::Tensor targets = at::tensor(tgt, at::kLong).to(x.device());
+      at::Tensor mask_t = at::tensor(std::vector<int64_t>(mask.begin(), mask.end()), at::kLong).to(x.device(), at::kBool);
       GateLoss L = gate_loss(dec, *I.gates, x, targets, mask_t, lo, sample.rotary_positions(), sample.injection());
       (L.total / static_cast<double>(o.batch)).backward();
       pr.loss += L.total.item<double>() / o.batch;
@@ -317,7 +321,8 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
         {"model", fs::path(I.model->dir).filename().string()},
         {"data_fingerprint", I.data->fingerprint}};
     // A .pth is written in the authors' layout, under the model's own names for its decoder.
-    save_gates_file(o.out_path, *I.gates, I.model->weight_root.empty() ? "model." : I.model->weight_root, meta);
+    save_gates_file(o.out_path, I.gates->to(at::TensorOptions().device(at::kCPU)),
+                    I.model->weight_root.empty() ? "model." : I.model->weight_root, meta);
     result.out_path = o.out_path;
   }
   return result;

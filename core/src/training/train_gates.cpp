@@ -18,9 +18,16 @@ TrainResult train_gates(const TrainOptions& options, const std::function<void(co
   TRIMKV_CHECK(options.threads >= 0, Input, "--threads must be >= 0, got ", options.threads);
   if (options.threads > 0) set_compute_threads(options.threads);
   // Float32 whatever the files hold: the training forward runs under autograd, in float32.
-  const TextModel model = load_text_model(options.model_dir, {"f32"});
+  const TextModel model = load_text_model(options.model_dir, training_load_options(options));
   // Text decoders; VLM folders go through vision::train_gates_vlm (which passes its encoder).
   return train_gates_on(model, nullptr, options, on_warning, on_setup, on_progress, cancel);
+}
+
+ModelLoadOptions training_load_options(const TrainOptions& options) {
+  ModelLoadOptions o("f32");
+  o.device = options.device;
+  o.cancel = nullptr;
+  return o;
 }
 
 TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* media, const TrainOptions& options,
@@ -29,6 +36,9 @@ TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* med
                            const std::function<void(const TrainProgress&)>& on_progress,
                            const std::atomic<bool>* cancel) {
   TRIMKV_CHECK(!options.out_path.empty(), Input, "--out is required");
+  TRIMKV_CHECK(options.parallel.world_size <= 1 || model.device == ComputeDevice::Cpu, Unsupported,
+               "data-parallel gate training runs its ranks on the CPU (Gloo): this build has no NCCL for ranks "
+               "on the GPU; train on one GPU (--device cuda without --nproc / WORLD_SIZE) or with --device cpu");
   // The ranks meet before the data is read, so that one failing to read it stops the others.
   std::unique_ptr<DataParallelGroup> group;
   if (options.parallel.world_size > 1) group = std::make_unique<DataParallelGroup>(options.parallel);

@@ -106,7 +106,7 @@ at::Tensor tensor_to_float(const TensorInfo& info) {
 }
 
 TensorToWrite float_tensor_to_write(const std::string& name, const at::Tensor& t_in) {
-  const at::Tensor t = t_in.detach().to(at::kFloat).contiguous();
+  const at::Tensor t = t_in.detach().to(at::kCPU, at::kFloat).contiguous();
   TensorToWrite w;
   w.name = name;
   w.dtype = DType::F32;

@@ -241,6 +241,7 @@ std::shared_ptr<VlmModel> load_idefics3(const std::string& dir, const std::vecto
   WeightStore ws = WeightStore::open_folder(dir);
   ws.set_cancel(options.cancel);
   auto vision = Idefics3Vision::load(cfg, ws, m->text.weight_format);  // the tower in the decoder's precision too
+  if (m->text.device != ComputeDevice::Cpu) vision = vision->on_device(torch_device(m->text.device));  // and place
   Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
   if (options.image_size > 0) {  // --image-size: the longest edge, so fewer (or more) tiles
     const int side = (std::min(options.image_size, 4096) + proc.tile_size - 1) / proc.tile_size;
@@ -376,6 +377,15 @@ std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, 
 
 Idefics3Vision::Idefics3Vision(Idefics3Config cfg, Weights w) : m_cfg(std::move(cfg)), m_w(std::move(w)) {}
 
+std::shared_ptr<Idefics3Vision> Idefics3Vision::on_device(const at::Device& device, bool* dequantised) const {
+  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, dequantised); };
+  Weights w{on(m_w.patch_w), on(m_w.patch_b), on(m_w.pos_embed), {}, on(m_w.post_ln_w), on(m_w.post_ln_b), on(m_w.proj)};
+  for (const VitLayerWeights& l : m_w.layers) w.layers.push_back(vit_layer_on_device(l, device, dequantised));
+  return std::make_shared<Idefics3Vision>(m_cfg, std::move(w));
+}
+
+at::Device Idefics3Vision::device() const { return m_w.patch_w.device(); }
+
 int64_t Idefics3Vision::parameter_count() const {
   int64_t n = 0;
   for (const at::Tensor* t : {&m_w.patch_w, &m_w.patch_b, &m_w.pos_embed, &m_w.post_ln_w, &m_w.post_ln_b, &m_w.proj})
@@ -395,12 +405,13 @@ at::Tensor Idefics3Vision::position_embeddings(const at::Tensor& pixels) const {
                v.image_size, "]");
   // Every tile is a full image here (no padding), so the bucketed ids are those of a full grid.
   const int64_t g = v.patches_per_side();
-  return at::embedding(m_w.pos_embed, bucketed_position_ids(g, g, g, g, g));
+  return at::embedding(m_w.pos_embed, bucketed_position_ids(g, g, g, g, g).to(device()));
 }
 
-at::Tensor Idefics3Vision::tower(const at::Tensor& pixels, const std::atomic<bool>* cancel,
+at::Tensor Idefics3Vision::tower(const at::Tensor& pixels_in, const std::atomic<bool>* cancel,
                                  std::vector<VitAttentionStats>* last_layer) const {
   const VitConfig& v = m_cfg.vision;
+  const at::Tensor pixels = pixels_in.to(device());
   const at::Tensor pos = position_embeddings(pixels);  // [g*g, D]
   std::vector<at::Tensor> out;
   for (int64_t i = 0; i < pixels.size(0); ++i) {

@@ -280,6 +280,21 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
 
 QwenVisionTower::QwenVisionTower(QwenVisionConfig cfg, Weights w) : m_cfg(std::move(cfg)), m_w(std::move(w)) {}
 
+std::shared_ptr<QwenVisionTower> QwenVisionTower::on_device(const at::Device& device, bool* dequantised) const {
+  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, dequantised); };
+  auto merger_on = [&](const Merger& m) {
+    return Merger{on(m.norm_w), on(m.norm_b), m.norm_after_shuffle, on(m.fc1_w), on(m.fc1_b), on(m.fc2_w), on(m.fc2_b)};
+  };
+  Weights w{on(m_w.patch_w), on(m_w.patch_b), on(m_w.pos_embed), {}, merger_on(m_w.merger), {}};
+  for (const Block& b : m_w.blocks)
+    w.blocks.push_back({on(b.norm1_w), on(b.norm1_b), on(b.norm2_w), on(b.norm2_b), on(b.w_qkv), on(b.b_qkv),
+                        on(b.w_proj), on(b.b_proj), on(b.w_fc1), on(b.b_fc1), on(b.w_fc2), on(b.b_fc2)});
+  for (const Merger& m : m_w.deepstack) w.deepstack.push_back(merger_on(m));
+  return std::make_shared<QwenVisionTower>(m_cfg, std::move(w));
+}
+
+at::Device QwenVisionTower::device() const { return m_w.patch_w.device(); }
+
 int64_t QwenVisionTower::parameter_count() const {
   int64_t n = 0;
   auto add = [&n](std::initializer_list<const at::Tensor*> ts) {
@@ -324,8 +339,9 @@ at::Tensor qwen3_vl_position_embeddings(const at::Tensor& table, int64_t grid_h,
         weight[static_cast<size_t>(4 * p + 2 * a + b)] = wh[a] * ww[b];
       }
   }
-  const at::Tensor rows = at::embedding(table, at::tensor(index, at::kLong)).view({s, 4, table.size(1)});
-  return (rows * at::tensor(weight, at::kFloat).view({s, 4, 1})).sum(1);
+  const at::Tensor rows =
+      at::embedding(table, at::tensor(index, at::kLong).to(table.device())).view({s, 4, table.size(1)});
+  return (rows * at::tensor(weight, at::kFloat).to(table.device()).view({s, 4, 1})).sum(1);
 }
 
 QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int64_t grid_h, int64_t grid_w,
@@ -354,7 +370,9 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
   row_order.reserve(static_cast<size_t>(s));
   for (int64_t u : unit_order)
     for (int64_t k = 0; k < m2; ++k) row_order.push_back(u * m2 + k);
-  const at::Tensor perm = at::tensor(row_order, at::kLong);
+  const at::Tensor perm = at::tensor(row_order, at::kLong);  // the CPU's copy for the rotary tables
+  const at::Device dev = device();
+  const at::Tensor perm_on = perm.to(dev);
 
   // 2D rotary: a patch's (row, col) in the patch grid, each over half the head width (the text
   // decoder's default inverse frequencies at dim hd / 2); angles cat(h·inv, w·inv) twice.
@@ -365,12 +383,13 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
   const at::Tensor fh = at::tensor(pos.row, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
   const at::Tensor fw = at::tensor(pos.col, at::kLong).to(at::kFloat).unsqueeze(1) * inv.unsqueeze(0);
   const at::Tensor angles = at::cat({fh, fw, fh, fw}, 1).index_select(0, perm);  // [s, hd]
-  const RopeTables rope{angles.cos(), angles.sin()};
+  const RopeTables rope{angles.cos().to(dev), angles.sin().to(dev)};
   const std::vector<int64_t> whole = {0, s};
 
-  at::Tensor x = tower_linear(patches.to(at::kFloat).index_select(0, perm).contiguous(), m_w.patch_w, m_w.patch_b);
+  at::Tensor x =
+      tower_linear(patches.to(dev, at::kFloat).index_select(0, perm_on).contiguous(), m_w.patch_w, m_w.patch_b);
   if (m_w.pos_embed.defined())  // Qwen3: learned positions resampled to this grid
-    x = x + qwen3_vl_position_embeddings(m_w.pos_embed, grid_h, grid_w, m).index_select(0, perm);
+    x = x + qwen3_vl_position_embeddings(m_w.pos_embed, grid_h, grid_w, m).index_select(0, perm_on);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   VitAttentionStats stats;
   std::vector<at::Tensor> deep(c.deepstack_visual_indexes.size());
@@ -412,11 +431,11 @@ QwenVisionTower::Encoded QwenVisionTower::encode(const at::Tensor& patches, int6
       if (c.deepstack_visual_indexes[j] == ib) deep[j] = merge(m_w.deepstack[j], x, units);
   }
   const at::Tensor merged = merge(m_w.merger, x, units);  // [units, H], window order
-  const at::Tensor unit_perm = at::tensor(unit_order, at::kLong);
+  const at::Tensor unit_perm = at::tensor(unit_order, at::kLong).to(dev);
   Encoded out;
   out.embeddings = at::empty_like(merged).index_copy_(0, unit_perm, merged);
   for (const at::Tensor& d : deep) out.deepstack.push_back(at::empty_like(d).index_copy_(0, unit_perm, d));
-  out.hidden = at::empty_like(x).index_copy_(0, perm, x);
+  out.hidden = at::empty_like(x).index_copy_(0, perm_on, x);
   if (with_stats) {
     out.attention = at::empty({units}, x.options())
                         .index_copy_(0, unit_perm, stats.received.view({units, m2}).mean(1));
@@ -441,6 +460,7 @@ std::shared_ptr<VlmModel> load_qwen_vl(const std::string& dir, const std::vector
   WeightStore ws = WeightStore::open_folder(dir);
   ws.set_cancel(options.cancel);
   auto tower = QwenVisionTower::load(cfg.vision, m->text.config.hidden_size, ws, m->text.weight_format);
+  if (m->text.device != ComputeDevice::Cpu) tower = tower->on_device(torch_device(m->text.device));  // and place
   Qwen2VlProcessorConfig proc = Qwen2VlProcessorConfig::from_folder(dir);
   if (options.image_size > 0) {  // --image-size: at most image_size² pixels per image
     const int64_t max_pixels = static_cast<int64_t>(options.image_size) * options.image_size;

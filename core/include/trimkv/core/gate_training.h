@@ -183,6 +183,10 @@ class GateTrainer {
   std::unique_ptr<Impl> m_impl;
 };
 
+// How gate training loads its model: float32 matrices (the forward runs under autograd), on
+// options.device.
+ModelLoadOptions training_load_options(const TrainOptions& options);
+
 // train_gates() (train_gates.h) on a model already loaded: loads options.data_path with `media`
 // (null for text models), reports the warnings and the setup, then trains. vision/ calls this
 // for VLM folders (vision/train_gates_vlm.h).

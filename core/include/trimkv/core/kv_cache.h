@@ -19,8 +19,8 @@ namespace trimkv {
 
 class KvCache {
  public:
-  // options: dtype/device of the pools (the CPU attention kernel reads float32, bfloat16 or
-  // float16 pools on the CPU; --kv-dtype, kv_tensor_options).
+  // options: dtype/device of the pools (float32, bfloat16 or float16; on the CPU, or on a CUDA
+  // device in builds with the CUDA runtime: attend_cache_layer; --kv-dtype, kv_tensor_options).
   // initial_blocks pre-sizes the pool; it grows on demand (capacity doubles).
   explicit KvCache(const KvGeometry& geometry,
                    at::TensorOptions options = at::TensorOptions().dtype(at::kFloat),

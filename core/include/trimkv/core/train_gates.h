@@ -49,6 +49,9 @@ struct TrainOptions {
   bool resume = false;
   int threads = 0;              // CPU threads (0 = library default); keep it fixed across a resume
   DataParallelOptions parallel; // world_size > 1: `batch` is the global batch, split over the ranks
+  // Where the frozen teacher, the gated student and the gates run (compute_device.h: cpu, cuda,
+  // auto). Data-parallel ranks run on the CPU (Gloo; no NCCL here).
+  std::string device = "cpu";
 };
 
 struct TrainProgress {

@@ -126,6 +126,10 @@ class Idefics3Vision {
                                               kernels::WeightFormat format = kernels::WeightFormat::F32);
   const Idefics3Config& config() const { return m_cfg; }
   int64_t parameter_count() const;
+  // The same tower with its weights on `device` (vit_layer_on_device's rule); tower() and
+  // encode() then run there (pixels are taken to it).
+  std::shared_ptr<Idefics3Vision> on_device(const at::Device& device, bool* dequantised = nullptr) const;
+  at::Device device() const;
 
   // pixels [N, 3, S, S] -> last hidden state after post_layernorm [N, (S/p)^2, D]. `cancel` is
   // polled between tiles (Error{Cancelled}). `last_layer` (optional) receives, per tile, the last

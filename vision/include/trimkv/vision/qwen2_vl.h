@@ -107,6 +107,11 @@ class QwenVisionTower {
 
   const QwenVisionConfig& config() const { return m_cfg; }
   int64_t parameter_count() const;
+  // The same tower with its weights on `device` (vit_layer_on_device's rule); encode() then runs
+  // there (patches are taken to it; its outputs stay there).
+  std::shared_ptr<QwenVisionTower> on_device(const at::Device& device, bool* dequantised = nullptr) const;
+  at::Device device() const;
+  const Weights& weights() const { return m_w; }
 
   struct Encoded {
     at::Tensor embeddings;  // [grid_h * grid_w / merge^2, H], merged units row-major

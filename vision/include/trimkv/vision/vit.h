@@ -58,6 +58,10 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
                                              const std::vector<VitTensorSpec>& table, const VitConfig& cfg,
                                              kernels::WeightFormat format = kernels::WeightFormat::F32);
 
+// The block's tensors on `device` (kernels::weight_on_device: block-quantised matrices as bf16 off
+// the CPU, *dequantised set then).
+VitLayerWeights vit_layer_on_device(const VitLayerWeights& w, const at::Device& device, bool* dequantised = nullptr);
+
 // A tower matrix held in `format` (kernels/weight_format.h) for the inference path, or in bf16
 // where the format cannot hold its width; float32 returns it as it is (what training needs).
 at::Tensor hold_tower_matrix(at::Tensor w, kernels::WeightFormat format);
