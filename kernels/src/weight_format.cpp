@@ -207,12 +207,12 @@ at::Tensor unpack_rows(const at::Tensor& w, int64_t r0, int64_t r1) {
 
 at::Tensor unpack_weight(const at::Tensor& w) { return unpack_rows(w, 0, w.size(0)); }
 
-at::Tensor weight_on_device(const at::Tensor& w, const at::Device& device, bool* dequantised) {
+at::Tensor weight_on_device(const at::Tensor& w, const at::Device& device, bool* converted) {
   if (!w.defined() || w.device() == device) return w;
   at::Tensor held = w;
-  if (!device.is_cpu() && is_low_precision(w) && is_quantized(format_of(w))) {
+  if (!device.is_cpu() && is_low_precision(w) && (is_quantized(format_of(w)) || w.scalar_type() == at::kHalf)) {
     held = unpack_weight(w).to(at::kBFloat16);
-    if (dequantised) *dequantised = true;
+    if (converted) *converted = true;
   }
   return held.to(device).contiguous();
 }

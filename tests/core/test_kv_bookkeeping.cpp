@@ -604,3 +604,29 @@ TEST_CASE("EvictionPlan::keep_all lists every entry of every head", "[cache]") {
   CHECK(plan.keep(1, 0).empty());
   plan.validate(kv);
 }
+
+TEST_CASE("KvBookkeeping::set_newest_log_beta gives the last append's entries their log beta afterwards",
+          "[cache]") {
+  KvGeometry g{2, 2, 8, 4};
+  KvBookkeeping at_once(g), later(g);
+  const std::vector<float> first = {-0.5f, -0.25f, -1.0f, -2.0f};             // [2, 2]
+  const std::vector<float> second = {-0.1f, -0.2f, -0.3f, -0.4f, -0.5f, -0.6f};  // [3, 2]
+  at_once.append(0, {0, 1}, first);
+  at_once.append(0, {2, 3, 4}, second);
+  later.append(0, {0, 1}, first);
+  later.append(0, {2, 3, 4});  // log β 0 until the device's values come back
+  later.set_newest_log_beta(0, second);
+  for (int h = 0; h < 2; ++h) {
+    REQUIRE(later.entries(0, h).size() == at_once.entries(0, h).size());
+    for (size_t e = 0; e < later.entries(0, h).size(); ++e) {
+      CHECK(later.entries(0, h)[e].log_beta == at_once.entries(0, h)[e].log_beta);
+      CHECK(later.entries(0, h)[e].log1p_beta == at_once.entries(0, h)[e].log1p_beta);
+    }
+  }
+  later.check_invariants();
+  // Refused, nothing changed: more values than a head holds, a positive value, a ragged count.
+  CHECK_THROWS_WITH(later.set_newest_log_beta(1, {-0.1f, -0.1f}), Contains("fewer than 1"));
+  CHECK_THROWS_WITH(later.set_newest_log_beta(0, {-0.1f, 0.5f}), Contains("must be <= 0"));
+  CHECK_THROWS_WITH(later.set_newest_log_beta(0, {-0.1f, -0.1f, -0.1f}), Contains("3 values for 2 KV heads"));
+  CHECK(later.entries(0, 1).back().log_beta == -0.6f);
+}

@@ -132,7 +132,7 @@ double trimkv_tokens_per_s(const TextModel& m, const RetentionGates& gates, cons
   }
   *kept = cache.bookkeeping().total_entries() / g.n_streams();
   TextRunner runner(m, cache, 256);
-  runner.set_eviction(evictor.get(), &gates);
+  runner.set_eviction(evictor.get(), evictor ? &gates : nullptr);  // the full cache needs no gates
   return 1.0 / seconds_per_token([&](int32_t t) { return runner.step(t); });
 }
 

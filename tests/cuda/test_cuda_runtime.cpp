@@ -2,17 +2,21 @@
 // policy run with --device cpu and --device cuda. The CPU path is the reference (it is itself
 // checked against transformers by the oracle suites). Per model and precision:
 //  - logits of the prefill and of every teacher-forced decode step within 1e-3 (f32 weights and
-//    cache) / 2e-2 (bf16), greedy tokens identical;
+//    cache) / 2e-2 relative (bf16: the GPU multiplies bf16-rounded activations, the CPU float32
+//    ones), greedy tokens identical (bf16: each GPU choice a near-tie on the CPU);
 //  - for every policy at a budget that makes it evict: the trace's events identical entry for
 //    entry (what each head kept and evicted, by modality and token), blocks freed identical, the
 //    cache's blocks in use identical and its K/V rows after compaction within the tolerance;
-//  - the demo model (vision tower on the CPU, decoder on the GPU): the same answer to a picture.
+//  - the demo model and every vision-language fixture family (towers and decoders on the GPU):
+//    the same logits and answers; VisionZip and SnapKV on them;
+//  - gate training: six steps on either device give the same gates.
 // Built where core has the CUDA runtime (a CUDA LibTorch and nvcc); without a GPU it prints
 // "skipped: ..." and exits 77 (ctest: skipped).
 #define CATCH_CONFIG_RUNNER
 #include <ATen/ATen.h>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -44,13 +48,21 @@ std::string model_dir(const std::string& name) { return std::string(TRIMKV_TEST_
 struct Precision {
   const char* weights;
   const char* kv;
-  double tol;
+  double tol;     // absolute, or relative to max(1, |x|)
+  bool relative;  // bf16: the GPU rounds activations to bf16, the CPU keeps them in float32
 };
-const Precision kF32{"f32", "f32", 1e-3};
-const Precision kBF16{"bf16", "bf16", 2e-2};
+const Precision kF32{"f32", "f32", 1e-3, false};
+const Precision kBF16{"bf16", "bf16", 2e-2, true};
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kCPU, at::kFloat) - b.to(at::kCPU, at::kFloat)).abs().max().item<double>();
+}
+
+// The largest |a - b| / max(1, |a|) (relative) or |a - b|.
+double max_diff(const at::Tensor& a_in, const at::Tensor& b_in, bool relative) {
+  const at::Tensor a = a_in.to(at::kCPU, at::kFloat), b = b_in.to(at::kCPU, at::kFloat);
+  const at::Tensor d = (a - b).abs();
+  return (relative ? d / a.abs().clamp_min(1.0) : d).max().item<double>();
 }
 
 // Gates with varied retention (output bias 0 instead of 18, so scores differ and ties are few).
@@ -115,22 +127,37 @@ std::vector<int32_t> test_prompt(int n) {
   return ids;
 }
 
-void compare_runs(const DeviceRun& cpu, const DeviceRun& gpu, double tol) {
+void compare_runs(const DeviceRun& cpu, const DeviceRun& gpu, const Precision& p) {
+  const double tol = p.tol;
   REQUIRE(cpu.logits.size() == gpu.logits.size());
   for (size_t i = 0; i < cpu.logits.size(); ++i) {
     INFO("logits " << i << " (0 = prefill)");
-    CHECK(max_abs_diff(cpu.logits[i], gpu.logits[i]) < tol);
+    CHECK(max_diff(cpu.logits[i], gpu.logits[i], p.relative) < tol);
   }
-  CHECK(gpu.tokens == cpu.tokens);
+  if (!p.relative) {
+    CHECK(gpu.tokens == cpu.tokens);
+  } else {
+    // Along the forced path: the GPU's greedy choice is the CPU's, or a near-tie of it there.
+    for (size_t i = 0; i < cpu.logits.size(); ++i) {
+      const at::Tensor c = cpu.logits[i].to(at::kFloat);
+      const int64_t g = gpu.logits[i].argmax().item<int64_t>();
+      const double best = c.max().item<double>();
+      INFO("step " << i << ": GPU token " << g);
+      CHECK(best - c[g].item<double>() <= tol * std::max(1.0, std::abs(best)));
+    }
+  }
   CHECK(gpu.entries == cpu.entries);
   CHECK(gpu.blocks_used == cpu.blocks_used);
   REQUIRE(cpu.keys.size() == gpu.keys.size());
   for (size_t s = 0; s < cpu.keys.size(); ++s) {
     INFO("stream " << s);
-    REQUIRE(cpu.keys[s].sizes() == gpu.keys[s].sizes());
+    CHECK(cpu.keys[s].sizes() == gpu.keys[s].sizes());
+    if (cpu.keys[s].sizes() != gpu.keys[s].sizes()) continue;
     if (cpu.keys[s].numel() == 0) continue;
-    CHECK(max_abs_diff(cpu.keys[s], gpu.keys[s]) < tol);
-    CHECK(max_abs_diff(cpu.values[s], gpu.values[s]) < tol);
+    if (!p.relative || cpu.tokens == gpu.tokens) {  // the same tokens, so the same entries
+      CHECK(max_diff(cpu.keys[s], gpu.keys[s], p.relative) < tol);
+      CHECK(max_diff(cpu.values[s], gpu.values[s], p.relative) < tol);
+    }
   }
   REQUIRE((cpu.trace == nullptr) == (gpu.trace == nullptr));
   if (!cpu.trace) return;
@@ -158,7 +185,7 @@ TEST_CASE("cuda runtime: logits and greedy tokens match the CPU with the full ca
       const std::vector<int32_t> forced(ref.tokens.begin(), ref.tokens.begin() + 8);
       const DeviceRun cpu = run_on(model_dir(name), "cpu", p, nullptr, prompt, forced, 12);
       const DeviceRun gpu = run_on(model_dir(name), "cuda", p, nullptr, prompt, forced, 12);
-      compare_runs(cpu, gpu, p.tol);
+      compare_runs(cpu, gpu, p);
     }
 }
 
@@ -171,11 +198,14 @@ TEST_CASE("cuda runtime: every policy evicts the same entries as on the CPU", "[
     ev.policy = policy;
     ev.budget_per_head = 24;
     ev.slack = 2;
+    // Windows and layers that fit this 2-layer fixture and budget (test_eviction_runner's).
+    if (policy == "snapkv" || policy == "adakv" || policy == "pyramidkv") ev.options = {"window=8"};
+    if (policy == "fastv") ev.options = {"layer=0"};
     const DeviceRun ref = run_on(model_dir("llama_gqa"), "cpu", kF32, &ev, prompt, {}, 16);
     const std::vector<int32_t> forced(ref.tokens.begin(), ref.tokens.begin() + 4);
     const DeviceRun cpu = run_on(model_dir("llama_gqa"), "cpu", kF32, &ev, prompt, forced, 16);
     const DeviceRun gpu = run_on(model_dir("llama_gqa"), "cuda", kF32, &ev, prompt, forced, 16);
-    compare_runs(cpu, gpu, kF32.tol);
+    compare_runs(cpu, gpu, kF32);
   }
 }
 
@@ -219,7 +249,11 @@ TEST_CASE("cuda runtime: every vision-language family (tower and decoder on the 
       Session session(vlm->text, vlm->encoder);
       EvictionSettings ev;
       ev.policy = c.policy;
-      if (std::string(c.policy) == "snapkv") ev.budget_per_head = 24;
+      if (std::string(c.policy) == "snapkv") {
+        ev.budget_per_head = 24;
+        ev.options = {"window=8"};
+      }
+      if (std::string(c.policy) == "visionzip") ev.options = {"dominant=4", "contextual=2"};  // 16-token tiles
       session.set_eviction(ev, nullptr);
       session.add_user_turn(content_from_prompt(
           "<image>What is this?", {std::string(TRIMKV_TEST_DATA_DIR) + "/vlm/images/" + c.image}));
@@ -262,6 +296,7 @@ TEST_CASE("cuda runtime: gate training on the GPU follows the CPU's", "[cuda][ru
     o.warmup = 1;
     o.checkpoint_every = 0;
     o.seed = 3;
+    o.bias_init = 2.0;  // gates that forget from the start: gradients well above Adam's epsilon
     o.device = device;
     REQUIRE(train_gates(o).steps_done == 6);
     trained.push_back(load_gates(o.out_path));

@@ -16,6 +16,9 @@ def main():
     except Exception as e:  # not installed, or too old for Qwen3
         print(f"| transformers full cache | - | not run: {type(e).__name__}: {e} | - |")
         return
+    if not torch.cuda.is_available():
+        print("| transformers full cache | - | not run: no CUDA device | - |")
+        return
     cfg = Qwen3Config(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=262144,
                       rope_theta=5e6, attn_implementation="sdpa")

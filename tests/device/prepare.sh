@@ -2,10 +2,11 @@
 # Run here before a device call: copies what tests/device/run.sh needs and the GPU machine lacks
 # into .device/ (ignored by git; name it in the device tool's `carry`):
 #  - Catch2's single header (.device/include/catch2/catch.hpp);
-#  - .device/prefix: the headers and shared libraries of the runtime's other dependencies (PCRE2,
-#    utf8proc, stb, nlohmann_json's CMake package), for run.sh's second stage, which builds
-#    core/vision/CLI against the device's LibTorch (no pkg-config needed: CMakeLists.txt's
-#    trimkv_find_pkg finds them on the CMAKE_PREFIX_PATH).
+#  - .device/prefix: the runtime's other dependencies for run.sh's second stage, which builds
+#    core and vision against the device's LibTorch: PCRE2's and utf8proc's headers and shared
+#    libraries (they need glibc 2.14 / 2.4), stb's headers (header-only: the implementation is
+#    compiled there) and nlohmann_json's headers and CMake package. No pkg-config is needed there
+#    (CMakeLists.txt's trimkv_find_pkg, vision/CMakeLists.txt's stb fallback).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 dev="$root/.device"
@@ -18,7 +19,7 @@ cp /usr/include/stb/stb_image.h /usr/include/stb/stb_image_write.h /usr/include/
 cp -r /usr/include/nlohmann "$p/include/"
 cp -r /usr/share/cmake/nlohmann_json "$p/share/cmake/"
 arch_lib=/usr/lib/$(gcc -print-multiarch)
-for lib in libpcre2-8 libutf8proc libstb; do
+for lib in libpcre2-8 libutf8proc; do
   real="$(readlink -f "$arch_lib/$lib.so")"
   soname="$(objdump -p "$real" | awk '/SONAME/ {print $2}')"
   cp "$real" "$p/lib/$soname"

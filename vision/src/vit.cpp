@@ -44,8 +44,8 @@ at::Tensor hold_tower_matrix(at::Tensor w, kernels::WeightFormat format) {
   return kernels::pack_weight(w, kernels::format_fits(format, w.size(1)) ? format : kernels::WeightFormat::BF16);
 }
 
-VitLayerWeights vit_layer_on_device(const VitLayerWeights& w, const at::Device& device, bool* dequantised) {
-  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, dequantised); };
+VitLayerWeights vit_layer_on_device(const VitLayerWeights& w, const at::Device& device, bool* converted) {
+  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, converted); };
   return {on(w.ln1_w), on(w.ln1_b), on(w.w_qkv), on(w.b_qkv), on(w.w_o),   on(w.b_o),
           on(w.ln2_w), on(w.ln2_b), on(w.w_fc1), on(w.b_fc1), on(w.w_fc2), on(w.b_fc2)};
 }

@@ -5,9 +5,12 @@
 #include <vector>
 
 #include "trimkv/core/error.h"
+#include "upload.h"
 #include "trimkv/core/kv_cache.h"
 #include "trimkv/kernels/paged_attention.h"
 #if TRIMKV_HAVE_CUDA_RUNTIME
+#include <c10/cuda/CUDAStream.h>
+
 #include "trimkv/kernels/cuda_kernels.h"
 #endif
 
@@ -17,8 +20,9 @@ namespace {
 
 #if TRIMKV_HAVE_CUDA_RUNTIME
 // The layer's block tables, lengths and first rows as the CUDA kernel reads them, copied to the
-// device in one int32 transfer (tables, lengths, first rows) and one int64 (table offsets). They
-// change with every append, so they are sent per call: a few KiB per layer per step.
+// device in one int32 transfer (tables, lengths, first rows) and one int64 (table offsets), from
+// pinned memory without waiting (upload_to). They change with every append, so they are sent per
+// call: a few KiB per layer per step.
 CacheAttention attend_cuda(const KvCache& cache, int il, const at::Tensor& q_in, double scale, bool attention_sum) {
   const KvBookkeeping& book = cache.bookkeeping();
   const KvGeometry& g = cache.geometry();
@@ -36,8 +40,8 @@ CacheAttention attend_cuda(const KvCache& cache, int il, const at::Tensor& q_in,
   for (int h = 0; h < nkv; ++h) ints.push_back(book.length(il, h));
   for (int h = 0; h < nkv; ++h) ints.push_back(book.first_row(il, h));
   const at::Device dev = cache.k_pool().device();
-  const at::Tensor d_ints = at::tensor(ints, at::kInt).to(dev);
-  const at::Tensor d_offsets = at::tensor(offsets, at::kLong).to(dev);
+  const at::Tensor d_ints = upload_to(ints, dev);
+  const at::Tensor d_offsets = upload_to(offsets, dev);
 
   const at::Tensor q = q_in.to(dev, at::kFloat).contiguous();
   TRIMKV_CHECK(q.dim() == 3 && q.size(2) == g.head_dim && q.size(1) % nkv == 0, Shape,
@@ -74,7 +78,8 @@ CacheAttention attend_cuda(const KvCache& cache, int il, const at::Tensor& q_in,
     p.attn_sum_stride = sums.size(1);
   }
   try {
-    kernels::cuda::paged_attention(p);  // the default stream: ATen's, so ordered with its work
+    p.stream = c10::cuda::getCurrentCUDAStream().stream();  // ATen's: ordered with its work
+    kernels::cuda::paged_attention(p);
   } catch (const std::exception& e) {
     TRIMKV_FAIL(Internal, "attention over layer ", il, " on the GPU: ", e.what());
   }

@@ -10,6 +10,17 @@
 
 namespace trimkv {
 
+namespace {
+// log β values must be <= 0 and not NaN ([n, n_kv_head] layout); `what` names the caller.
+void check_log_beta(const std::vector<float>& log_beta, int n_kv_head, const char* what) {
+  for (size_t i = 0; i < log_beta.size(); ++i) {
+    TRIMKV_CHECK(!std::isnan(log_beta[i]) && log_beta[i] <= 0.0f, Input, "KvBookkeeping::", what,
+                 ": log_beta must be <= 0 and not NaN, got ", log_beta[i], " for token position ",
+                 i / static_cast<size_t>(n_kv_head), " head ", i % static_cast<size_t>(n_kv_head));
+  }
+}
+}  // namespace
+
 const char* modality_name(Modality modality) {
   switch (modality) {
     case Modality::Text:
@@ -144,12 +155,7 @@ std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& t
     TRIMKV_CHECK(token_indices[t] >= 0, Input, "KvBookkeeping::append: token_index ",
                  token_indices[t], " at position ", t, " is negative");
   }
-  for (size_t i = 0; i < log_beta.size(); ++i) {
-    TRIMKV_CHECK(!std::isnan(log_beta[i]) && log_beta[i] <= 0.0f, Input,
-                 "KvBookkeeping::append: log_beta must be <= 0 and not NaN, got ", log_beta[i],
-                 " for token position ", i / static_cast<size_t>(n_kv_head), " head ",
-                 i % static_cast<size_t>(n_kv_head));
-  }
+  check_log_beta(log_beta, n_kv_head, "append");
 
   // Slots are int32: refuse (before changing anything) growth that would overflow them.
   int64_t new_blocks = 0;
@@ -179,6 +185,27 @@ std::vector<int32_t> KvBookkeeping::append(int il, const std::vector<int32_t>& t
   }
   m_total_entries += static_cast<int64_t>(n) * n_kv_head;
   return slots;
+}
+
+void KvBookkeeping::set_newest_log_beta(int il, const std::vector<float>& log_beta) {
+  const size_t n_kv_head = static_cast<size_t>(m_geometry.n_kv_head);
+  TRIMKV_CHECK(il >= 0 && il < m_geometry.n_layer && log_beta.size() % n_kv_head == 0, Input,
+               "KvBookkeeping::set_newest_log_beta: layer ", il, ", ", log_beta.size(), " values for ", n_kv_head,
+               " KV heads");
+  check_log_beta(log_beta, static_cast<int>(n_kv_head), "set_newest_log_beta");
+  const size_t n = log_beta.size() / n_kv_head;
+  for (size_t h = 0; h < n_kv_head; ++h)
+    TRIMKV_CHECK(stream(il, static_cast<int>(h)).entries.size() >= n, Input, "KvBookkeeping::set_newest_log_beta: layer ",
+                 il, " head ", h, " holds ", stream(il, static_cast<int>(h)).entries.size(), " entries, fewer than ", n);
+  for (size_t h = 0; h < n_kv_head; ++h) {
+    std::vector<EntryMeta>& entries = m_streams[static_cast<size_t>(il) * n_kv_head + h].entries;
+    const size_t first = entries.size() - n;
+    for (size_t t = 0; t < n; ++t) {
+      const float lb = log_beta[t * n_kv_head + h];
+      entries[first + t].log_beta = lb;
+      entries[first + t].log1p_beta = log1p_beta_of(lb);
+    }
+  }
 }
 
 void KvBookkeeping::compact(Stream& s, const std::vector<int32_t>& keep, int32_t bs, Compaction compaction,

@@ -9,14 +9,14 @@
 #include <cstring>
 
 #include "trimkv/core/error.h"
+#include "upload.h"
 
 namespace trimkv {
 
 namespace {
 
 at::Tensor slots_to_index(const std::vector<int32_t>& slots, const at::Device& device) {
-  std::vector<int64_t> idx(slots.begin(), slots.end());
-  return at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(device);  // [n]
+  return upload_to(std::vector<int64_t>(slots.begin(), slots.end()), device);  // [n]
 }
 
 }  // namespace

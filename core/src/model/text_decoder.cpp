@@ -185,15 +185,15 @@ at::Device TextDecoder::device() const { return m_w.embed.device(); }
 
 std::shared_ptr<TextDecoder> TextDecoder::on_device(at::Device device, std::vector<std::string>* notes) const {
   if (device == this->device()) return std::make_shared<TextDecoder>(m_cfg, *m_family, m_w);
-  // A matrix in a block-quantised format has no GPU kernel here: it goes as bfloat16 (unpacked on
-  // the CPU, one matrix at a time). Float32, bfloat16 and float16 matrices go as they are.
+  // kernels::weight_on_device: q8/q4 and float16 matrices go as bfloat16 (unpacked on the CPU, one
+  // matrix at a time), float32 and bfloat16 ones as they are.
   std::map<const void*, at::Tensor> moved;  // so the tied lm_head stays the embedding
-  bool dequantised = false;
+  bool converted = false;
   auto move = [&](const at::Tensor& t) -> at::Tensor {
     if (!t.defined()) return t;
     const auto it = moved.find(t.unsafeGetTensorImpl());
     if (it != moved.end()) return it->second;
-    return moved[t.unsafeGetTensorImpl()] = kernels::weight_on_device(t, device, &dequantised);
+    return moved[t.unsafeGetTensorImpl()] = kernels::weight_on_device(t, device, &converted);
   };
   DecoderWeights w;
   w.embed = move(m_w.embed);
@@ -202,9 +202,9 @@ std::shared_ptr<TextDecoder> TextDecoder::on_device(at::Device device, std::vect
   for (const DecoderLayerWeights& l : m_w.layers)
     w.layers.push_back({move(l.attn_norm), move(l.w_qkv), move(l.b_qkv), move(l.w_o), move(l.b_o), move(l.q_norm),
                         move(l.k_norm), move(l.mlp_norm), move(l.w_gate_up), move(l.w_down)});
-  if (dequantised && notes)
-    notes->push_back(std::string("block-quantised matrices are held in bfloat16 on ") + device.str() +
-                     " (no quantised GPU kernel)");
+  if (converted && notes)
+    notes->push_back(std::string("q8/q4 and f16 matrices are held in bfloat16 on ") + device.str() +
+                     " (no quantised GPU kernel; bf16 activations keep float32's range)");
   return std::make_shared<TextDecoder>(m_cfg, *m_family, std::move(w));
 }
 
@@ -277,12 +277,18 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
   TRIMKV_CHECK(cache.k_pool().device() == device(), Input, "the KV cache is on ", cache.k_pool().device(),
                " but the decoder's weights are on ", device());
   const double scale = 1.0 / std::sqrt(static_cast<double>(m_cfg.head_dim));
-  return run_layers(x_in.to(device()), positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
-                                                    const at::Tensor& k, const at::Tensor& v) {
+  // On a GPU each layer's log β stays there until the layers are done, then comes back in one
+  // copy (a read-back per layer would make the host wait for the device 36 times a token).
+  const bool defer_log_beta = scorer && !device().is_cpu();
+  std::vector<at::Tensor> device_log_beta;
+  const at::Tensor out = run_layers(x_in.to(device()), positions, [&](int64_t il, const at::Tensor& h, const at::Tensor& q,
+                                                                      const at::Tensor& k, const at::Tensor& v) {
     if (il > 0 && cancel && cancel->load()) TRIMKV_FAIL(Cancelled, "prefill cancelled");
     std::vector<float> lb;
-    if (scorer) {
-      const at::Tensor log_beta = scorer->log_beta(il, h).to(at::kCPU, at::kFloat).contiguous();  // [n, n_kv]
+    if (defer_log_beta) {
+      device_log_beta.push_back(scorer->log_beta(il, h).to(at::kFloat));  // [n, n_kv]
+    } else if (scorer) {
+      const at::Tensor log_beta = scorer->log_beta(il, h).to(at::kFloat).contiguous();  // [n, n_kv]
       lb.assign(log_beta.data_ptr<float>(), log_beta.data_ptr<float>() + log_beta.numel());
     }
     cache.append(static_cast<int>(il), k, v, token_indices, lb);
@@ -294,6 +300,14 @@ at::Tensor TextDecoder::forward_cached(const at::Tensor& x_in, const at::Tensor&
                                           cache.layer_view(static_cast<int>(il)), scale, &cache});
     return a.out.view({n, m_cfg.n_head * m_cfg.head_dim});
   }, inject);
+  if (defer_log_beta) {
+    const at::Tensor all = at::stack(device_log_beta).to(at::kCPU).contiguous();  // [n_layer, n, n_kv]
+    for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
+      const float* p = all.data_ptr<float>() + il * all.stride(0);
+      cache.set_newest_log_beta(static_cast<int>(il), std::vector<float>(p, p + all.stride(0)));
+    }
+  }
+  return out;
 }
 
 at::Tensor TextDecoder::logits(const at::Tensor& hidden) const {

@@ -377,10 +377,10 @@ std::shared_ptr<Idefics3Vision> Idefics3Vision::load(const Idefics3Config& cfg, 
 
 Idefics3Vision::Idefics3Vision(Idefics3Config cfg, Weights w) : m_cfg(std::move(cfg)), m_w(std::move(w)) {}
 
-std::shared_ptr<Idefics3Vision> Idefics3Vision::on_device(const at::Device& device, bool* dequantised) const {
-  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, dequantised); };
+std::shared_ptr<Idefics3Vision> Idefics3Vision::on_device(const at::Device& device, bool* converted) const {
+  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, converted); };
   Weights w{on(m_w.patch_w), on(m_w.patch_b), on(m_w.pos_embed), {}, on(m_w.post_ln_w), on(m_w.post_ln_b), on(m_w.proj)};
-  for (const VitLayerWeights& l : m_w.layers) w.layers.push_back(vit_layer_on_device(l, device, dequantised));
+  for (const VitLayerWeights& l : m_w.layers) w.layers.push_back(vit_layer_on_device(l, device, converted));
   return std::make_shared<Idefics3Vision>(m_cfg, std::move(w));
 }
 

@@ -280,8 +280,8 @@ std::shared_ptr<QwenVisionTower> QwenVisionTower::load(const QwenVisionConfig& c
 
 QwenVisionTower::QwenVisionTower(QwenVisionConfig cfg, Weights w) : m_cfg(std::move(cfg)), m_w(std::move(w)) {}
 
-std::shared_ptr<QwenVisionTower> QwenVisionTower::on_device(const at::Device& device, bool* dequantised) const {
-  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, dequantised); };
+std::shared_ptr<QwenVisionTower> QwenVisionTower::on_device(const at::Device& device, bool* converted) const {
+  auto on = [&](const at::Tensor& t) { return kernels::weight_on_device(t, device, converted); };
   auto merger_on = [&](const Merger& m) {
     return Merger{on(m.norm_w), on(m.norm_b), m.norm_after_shuffle, on(m.fc1_w), on(m.fc1_b), on(m.fc2_w), on(m.fc2_b)};
   };

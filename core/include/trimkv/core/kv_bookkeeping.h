@@ -83,6 +83,11 @@ class KvBookkeeping {
   // same [n, n_kv_head] layout. Allocates blocks as needed (the pool may grow).
   std::vector<int32_t> append(int il, const std::vector<int32_t>& token_indices,
                               const std::vector<float>& log_beta = {});
+  // Gives the newest n entries of every KV head of layer il the log β [n, n_kv_head] (layout and
+  // rules of append's), n = log_beta.size() / n_kv_head: for a forward whose log β is computed on
+  // a device and read back once after the layers (forward_cached on a GPU). Error{Input} when a
+  // head holds fewer than n entries or a value is not <= 0; nothing changes then.
+  void set_newest_log_beta(int il, const std::vector<float>& log_beta);
   // Keeps exactly the entries the plan lists, in the listed order (kept entry keep[j] becomes
   // entry j; with Compaction::kFillFromTail the set is kept but maybe not the order), and
   // returns the blocks no longer used to the pool. Each head is compacted toward

@@ -51,6 +51,8 @@ class KvCache {
   // compaction: whether the kept entries must stay in order (kv_bookkeeping.h).
   ApplyResult apply(const EvictionPlan& plan, const std::function<void(int64_t)>& before_stream = {},
                     Compaction compaction = Compaction::kPreserveOrder);
+  // KvBookkeeping::set_newest_log_beta (log β read back after a forward on a GPU).
+  void set_newest_log_beta(int il, const std::vector<float>& log_beta) { m_book.set_newest_log_beta(il, log_beta); }
   // Drops every entry and token (capacity is kept).
   void clear();
   // Records the token stream (metadata only; see KvBookkeeping::register_tokens).

@@ -54,10 +54,12 @@ at::Tensor unpack_rows(const at::Tensor& w, int64_t r0, int64_t r1);
 // Rows `ids` (int64 [n]) of a stored matrix as float32 [n, in]: the token-embedding lookup
 // (a float64 table gives float64 rows).
 at::Tensor gather_rows(const at::Tensor& w, const at::Tensor& ids);
-// Any weight (matrix or vector) on `device`, contiguous: float32, bfloat16 and float16 as they
-// are; off the CPU a block-quantised matrix goes as bfloat16 (no GPU kernel reads the blocks), and
-// *dequantised (if given) becomes true. An undefined tensor stays undefined.
-at::Tensor weight_on_device(const at::Tensor& w, const at::Device& device, bool* dequantised = nullptr);
+// Any weight (matrix or vector) on `device`, contiguous: float32 and bfloat16 as they are; off the
+// CPU a block-quantised matrix goes as bfloat16 (no GPU kernel reads the blocks), and so does a
+// float16 one (the GPU multiplies activations in the matrix's dtype: float16 would overflow where
+// bfloat16 keeps float32's range); *converted (if given) becomes true then. An undefined tensor
+// stays undefined.
+at::Tensor weight_on_device(const at::Tensor& w, const at::Device& device, bool* converted = nullptr);
 
 // Raw block codecs (reference implementations, also used by the tests and the GGUF reader).
 void quantize_row_q8_0(const float* x, uint8_t* blocks, int64_t n);  // n % 32 == 0

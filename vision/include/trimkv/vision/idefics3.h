@@ -128,7 +128,7 @@ class Idefics3Vision {
   int64_t parameter_count() const;
   // The same tower with its weights on `device` (vit_layer_on_device's rule); tower() and
   // encode() then run there (pixels are taken to it).
-  std::shared_ptr<Idefics3Vision> on_device(const at::Device& device, bool* dequantised = nullptr) const;
+  std::shared_ptr<Idefics3Vision> on_device(const at::Device& device, bool* converted = nullptr) const;
   at::Device device() const;
 
   // pixels [N, 3, S, S] -> last hidden state after post_layernorm [N, (S/p)^2, D]. `cancel` is

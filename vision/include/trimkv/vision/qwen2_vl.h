@@ -109,7 +109,7 @@ class QwenVisionTower {
   int64_t parameter_count() const;
   // The same tower with its weights on `device` (vit_layer_on_device's rule); encode() then runs
   // there (patches are taken to it; its outputs stay there).
-  std::shared_ptr<QwenVisionTower> on_device(const at::Device& device, bool* dequantised = nullptr) const;
+  std::shared_ptr<QwenVisionTower> on_device(const at::Device& device, bool* converted = nullptr) const;
   at::Device device() const;
   const Weights& weights() const { return m_w; }
 

@@ -58,9 +58,9 @@ std::vector<VitLayerWeights> load_vit_layers(const WeightStore& ws, const std::s
                                              const std::vector<VitTensorSpec>& table, const VitConfig& cfg,
                                              kernels::WeightFormat format = kernels::WeightFormat::F32);
 
-// The block's tensors on `device` (kernels::weight_on_device: block-quantised matrices as bf16 off
-// the CPU, *dequantised set then).
-VitLayerWeights vit_layer_on_device(const VitLayerWeights& w, const at::Device& device, bool* dequantised = nullptr);
+// The block's tensors on `device` (kernels::weight_on_device: q8/q4 and f16 matrices as bf16 off
+// the CPU, *converted set then).
+VitLayerWeights vit_layer_on_device(const VitLayerWeights& w, const at::Device& device, bool* converted = nullptr);
 
 // A tower matrix held in `format` (kernels/weight_format.h) for the inference path, or in bf16
 // where the format cannot hold its width; float32 returns it as it is (what training needs).
