@@ -95,6 +95,8 @@ TEST_CASE("torch.save files: a tensor whose view reaches past its storage is ref
   } catch (const Error& e) {
     CAPTURE(e.what());
     REQUIRE(e.kind() == ErrorKind::Format);
-    REQUIRE_THAT(e.what(), Catch::Contains("reaches past its storage") && Catch::Contains(path));
+    // Our check (LibTorch 1.13), or LibTorch 2.x's own unpickler's, which runs before it.
+    REQUIRE_THAT(e.what(), (Catch::Contains("reaches past its storage") || Catch::Contains("require a storage of at least")) &&
+                               Catch::Contains(path));
   }
 }
