@@ -4,6 +4,7 @@
 // log α, no fixed budget).
 #include <cmath>
 
+#include "eviction/device_selection.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/policies.h"
 
@@ -30,6 +31,11 @@ class DbTrimKvPolicy final : public EvictionPolicy {
            ctx.entries_since_plan >= ctx.slack_global;
   }
   EvictionPlan plan(const PolicyContext& ctx) override {
+    if (ctx.cache) {  // a cache on the GPU: selected there (device_selection.h), the same plan
+      LearnedSelection s{m_lookahead, m_window, m_sinks, ctx.budget_global, m_floor, std::nullopt};
+      if (threshold_mode()) s.threshold = static_cast<float>(std::log(m_alpha));
+      if (auto on_device = learned_plan_on_device(*ctx.cache, s)) return std::move(*on_device);
+    }
     const StreamScores scores = entry_scores(ctx);
     if (threshold_mode())
       return select_threshold(*ctx.kv, scores, static_cast<float>(std::log(m_alpha)));
