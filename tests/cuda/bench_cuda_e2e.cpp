@@ -154,8 +154,8 @@ double dense_tokens_per_s(const TextModel& m) {
     const at::Tensor h = dec.run_layers(x, positions, [&](int64_t il, const at::Tensor&, const at::Tensor& q,
                                                           const at::Tensor& k, const at::Tensor& v) {
       // q [1, n_head, hd], k/v [1, n_kv, hd] -> the cache's row pos, attend over [0, pos].
-      K[il].select(2, pos).copy_(k.squeeze(0).unsqueeze(0));
-      V[il].select(2, pos).copy_(v.squeeze(0).unsqueeze(0));
+      K[il].select(2, pos).copy_(k);  // [1, n_kv, hd] both
+      V[il].select(2, pos).copy_(v);
       const at::Tensor keys = K[il].narrow(2, 0, pos + 1), values = V[il].narrow(2, 0, pos + 1);
       const at::Tensor qh = q.to(at::kBFloat16).transpose(0, 1).unsqueeze(0);  // [1, n_head, 1, hd]
 #if SDPA_WITH_GQA
