@@ -96,7 +96,7 @@ CacheAttention attend_cache_layer(const KvCache& cache, int il, const at::Tensor
   if (dev.is_cpu()) {
     CacheAttention r;
     const kernels::PagedKvView view = cache.layer_view(il);
-    const at::Tensor qc = q.device().is_cpu() ? q : q.to(at::kCPU);
+    const at::Tensor qc = q.to(at::kCPU);  // the same tensor when it is there already
     if (attention_sum) {
       kernels::PagedAttentionOutput o = kernels::paged_attention_with_stats(qc, view, scale);
       r.out = o.out;

@@ -184,9 +184,8 @@ at::Tensor TextDecoder::embed(const at::Tensor& ids) const {
 at::Device TextDecoder::device() const { return m_w.embed.device(); }
 
 std::shared_ptr<TextDecoder> TextDecoder::on_device(at::Device device, std::vector<std::string>* notes) const {
-  if (device == this->device()) return std::make_shared<TextDecoder>(m_cfg, *m_family, m_w);
-  // kernels::weight_on_device: q8/q4 and float16 matrices go as bfloat16 (unpacked on the CPU, one
-  // matrix at a time), float32 and bfloat16 ones as they are.
+  // kernels::weight_on_device: a tensor already there as it is; q8/q4 and float16 matrices go as
+  // bfloat16 (unpacked on the CPU, one matrix at a time), float32 and bfloat16 ones as they are.
   std::map<const void*, at::Tensor> moved;  // so the tied lm_head stays the embedding
   bool converted = false;
   auto move = [&](const at::Tensor& t) -> at::Tensor {

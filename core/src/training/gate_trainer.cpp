@@ -127,7 +127,7 @@ GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptio
   {
     at::NoGradGuard no_grad;
     // On the CPU whatever the device: a checkpoint resumes on another one.
-    embed_sum = model.decoder->weights().embed.to(at::kCPU).to(at::kDouble).abs().sum().item<double>();
+    embed_sum = model.decoder->weights().embed.to(at::kCPU, at::kDouble).abs().sum().item<double>();
   }
   nlohmann::json c;
   c["model"] = {{"n_layer", model.config.n_layer}, {"hidden_size", model.config.hidden_size},

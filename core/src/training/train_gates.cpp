@@ -26,7 +26,6 @@ TrainResult train_gates(const TrainOptions& options, const std::function<void(co
 ModelLoadOptions training_load_options(const TrainOptions& options) {
   ModelLoadOptions o("f32");
   o.device = options.device;
-  o.cancel = nullptr;
   return o;
 }
 
