@@ -116,10 +116,19 @@ int cmd_train_gates(int argc, char** argv, int first) {
 
   g_stop.store(false);
   std::signal(SIGINT, on_sigint_train);
+  // The dataset's warnings come before the setup, the same on every rank (rank 0 reports them);
+  // after it, those of conversations a rank finds unusable when it draws them (each rank its own).
+  bool training = false;
   auto on_warning = [&](const std::string& w) {
-    if (reporting) std::cerr << "warning: " << w << "\n";
+    if (!training && reporting) std::cerr << "warning: " << w << "\n";
+    else if (training)
+      std::cerr << "warning" << (parallel.world_size > 1 ? " (rank " + std::to_string(parallel.rank) + ")" : "")
+                << ": " << w << "\n";
   };
+  int64_t n_samples = 0;
   auto on_setup = [&](const TrainSetup& s) {
+    n_samples = s.n_samples;
+    training = true;
     if (!reporting) return;
     std::cerr << "train-gates: " << s.n_samples << " sequences from " << s.n_lines << " lines ("
               << s.n_warnings << " skipped or altered), " << gate_kind_name(o.kind) << " gates with "
@@ -129,7 +138,8 @@ int cmd_train_gates(int argc, char** argv, int first) {
               << (parallel.world_size > 1 ? ", data parallel over " + std::to_string(parallel.world_size) +
                                                 " ranks (batch " + std::to_string(o.batch) + " in all)"
                                           : std::string())
-              << (s.chat_template ? "; conversations laid out with the model's chat template" : "") << "\n";
+              << (s.chat_template ? "; conversations laid out with the model's chat template" : "")
+              << (s.deferred > 0 ? " by the rank that draws them" : "") << "\n";
   };
   auto on_progress = [&](const TrainProgress& p) {
     if (!reporting) return;
@@ -163,6 +173,9 @@ int cmd_train_gates(int argc, char** argv, int first) {
               << r.checkpoint_path << "' (continue with the same options and --resume)\n";
     return 130;
   }
+  if (parallel.world_size > 1 && r.laid_out > 0)
+    std::cerr << "train-gates: rank 0 laid out and encoded " << r.laid_out << " of the " << n_samples
+              << " conversations (those it drew)\n";
   std::cerr << "train-gates: " << r.steps_done << " steps done; gates written to '" << r.out_path
             << "', checkpoint '" << r.checkpoint_path << "'\n";
   return 0;

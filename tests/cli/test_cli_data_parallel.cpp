@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -80,6 +81,60 @@ TEST_CASE("train-gates --nproc 2 trains the gates of one process; bad rank varia
   REQUIRE_THAT(two.err, Catch::Contains("2 local ranks on 127.0.0.1:"));
   REQUIRE_THAT(two.err, Catch::Contains("data parallel over 2 ranks (batch 4 in all)"));
   REQUIRE(max_diff(dir.file("one.safetensors"), dir.file("two.safetensors")) < 1e-5);
+}
+
+TEST_CASE("train-gates --nproc 2 on a VLM: each rank lays out the conversations it draws; one process's gates",
+          "[cli][parallel][vision]") {
+  SKIP_WITHOUT_GLOO();
+  test::ScratchDir dir("cli-dp-vlm");
+  // The demo world's committed test conversations (1-8 images each), their images by full path.
+  std::ifstream in(test::data_dir() + "/demo/world/test.jsonl");
+  std::string line, clean;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    for (auto& image : j["images"]) image = test::data_dir() + "/demo/world/" + image.get<std::string>();
+    clean += j.dump() + "\n";
+  }
+  test::write_text(dir.file("clean.jsonl"), clean);
+  auto args = [&](const std::string& data, const std::string& out, bool ranks) {
+    std::vector<std::string> a = {"train-gates", "--model", std::string(TRIMKV_SOURCE_DIR) + "/resources/demo-model",
+                                  "--data", data, "--out", out, "--gate-hidden", "8", "--budget", "16", "--steps", "3",
+                                  "--batch", "2", "--lr", "0.05", "--seed", "3", "--threads", "1"};
+    if (ranks) a.insert(a.end(), {"--nproc", "2"});
+    return a;
+  };
+  const CliRun one = run_cli(args(dir.file("clean.jsonl"), dir.file("one.safetensors"), false));
+  CAPTURE(one.err);
+  REQUIRE(one.code == 0);
+  REQUIRE_THAT(one.err, Catch::Contains("4 sequences") && !Catch::Contains("by the rank that draws them"));
+  const CliRun two = run_cli(args(dir.file("clean.jsonl"), dir.file("two.safetensors"), true));
+  CAPTURE(two.err);
+  REQUIRE(two.code == 0);
+  REQUIRE_THAT(two.err, Catch::Contains("chat template by the rank that draws them"));
+  // Three steps of two: rank 0 draws one conversation a step, three places of the 4-line epoch.
+  const std::regex laid_out("rank 0 laid out and encoded (\\d+) of the 4 conversations \\(those it drew\\)");
+  std::smatch m;
+  REQUIRE(std::regex_search(two.err, m, laid_out));
+  CHECK(std::stoi(m[1]) >= 2);
+  CHECK(std::stoi(m[1]) <= 3);
+  REQUIRE(max_diff(dir.file("one.safetensors"), dir.file("two.safetensors")) < 1e-5);
+  // A conversation whose image is not a picture: one process skips it when reading the file; the
+  // ranks read it as a line and skip it when one of them draws it, naming the rank and the line.
+  test::write_text(dir.file("bad.png"), "not a picture");
+  test::write_text(dir.file("bad.jsonl"),
+                   clean + nlohmann::json{{"images", {dir.file("bad.png")}},
+                                          {"turns", {{{"text", "<image>What shape is it?"}, {"answer", "star"}}}}}
+                               .dump() + "\n");
+  const CliRun bad_one = run_cli(args(dir.file("bad.jsonl"), dir.file("b1.safetensors"), false));
+  CAPTURE(bad_one.err);
+  REQUIRE(bad_one.code == 0);
+  REQUIRE_THAT(bad_one.err, Catch::Contains("warning: line 5: ") && Catch::Contains("4 sequences from 5 lines"));
+  const CliRun bad_two = run_cli(args(dir.file("bad.jsonl"), dir.file("b2.safetensors"), true));
+  CAPTURE(bad_two.err);
+  REQUIRE(bad_two.code == 0);
+  REQUIRE_THAT(bad_two.err, Catch::Contains("5 sequences from 5 lines") && Catch::Contains("warning (rank ") &&
+                                Catch::Contains("line 5: ") && Catch::Contains("bad.png") &&
+                                Catch::Contains("skipped for the next line in the order"));
 }
 
 TEST_CASE("train-gates --nproc 2: a rank killed stops the other with an error naming the lost peer",

@@ -19,7 +19,49 @@ struct LineProblem {
   std::string what;
 };
 
+// The media layout (when given), the vocabulary, truncation and label checks of a read line.
+void finish_sample(TrainingSample& s, const std::string& where, const TextModel& model, const DatasetOptions& options,
+                   std::vector<std::string>& warnings) {
+  if (options.media && s.deferred) {
+    options.media->prepare(s);
+    s.deferred = false;
+  }
+  const int64_t vocab = model.config.vocab_size;
+  for (int32_t id : s.ids)
+    if (id < 0 || id >= vocab)
+      throw LineProblem{"token id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(vocab) +
+                        ")"};
+  const int64_t n = static_cast<int64_t>(s.ids.size());
+  if (n > options.max_len) {
+    const int64_t drop = n - options.max_len;
+    s.drop_front(drop);
+    s.truncated = true;
+    warnings.push_back(where + std::to_string(n) + " tokens, longer than --max-len " +
+                       std::to_string(options.max_len) + ": the first " + std::to_string(drop) +
+                       " were dropped (truncated from the left)");
+  }
+  if (!s.is_label.empty()) s.is_label[0] = 0;  // nothing predicts the first token
+  if (s.ids.size() < 2) throw LineProblem{"fewer than 2 tokens"};
+  bool any = false;
+  for (uint8_t b : s.is_label) any = any || b;
+  if (!any) throw LineProblem{"no answer token left to learn from"};
+}
+
+std::string line_prefix(int64_t line) { return "line " + std::to_string(line) + ": "; }
+
 }  // namespace
+
+void prepare_deferred_sample(TrainingSample& sample, const TextModel& model, const DatasetOptions& options,
+                             std::vector<std::string>& warnings) {
+  const std::string where = line_prefix(sample.line);
+  try {
+    finish_sample(sample, where, model, options, warnings);
+  } catch (const LineProblem& p) {
+    TRIMKV_FAIL(Input, where, p.what);
+  } catch (const Error& e) {
+    TRIMKV_FAIL(Input, where, e.what());
+  }
+}
 
 Dataset load_dataset(const std::string& path, const TextModel& model, const DatasetOptions& options) {
   TRIMKV_CHECK(options.max_len >= 2, Input, "--max-len must be at least 2, got ", options.max_len);
@@ -30,7 +72,6 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
   int32_t eos = -1;
   if (!model.config.eos_token_ids.empty()) eos = model.config.eos_token_ids.front();
   else if (tok) eos = tok->config().eos_id;
-  const int64_t vocab = model.config.vocab_size;
 
   Dataset ds;
   uint64_t fnv = kFnv1aOffset;
@@ -40,7 +81,7 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
     ++line_no;
     fnv = fnv1a("\n", fnv1a(line, fnv));
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;  // blank line
-    const std::string where = "line " + std::to_string(line_no) + ": ";
+    const std::string where = line_prefix(line_no);
     try {
       nlohmann::json j;
       try {
@@ -109,31 +150,14 @@ Dataset load_dataset(const std::string& path, const TextModel& model, const Data
           push(answer, true);
         }
         if (s.turns.size() != turns.size()) s.turns.clear();  // some turn given as ids
-        if (options.media) options.media->prepare(s);
+        s.deferred = options.media != nullptr;  // laid out by the media encoder
       } else if (j.contains("text") || j.contains("ids")) {
         std::vector<int32_t> ids = j.contains("ids") ? ids_of(j["ids"], "ids") : encode(j["text"], "text", true);
         push(ids, true);
       } else {
         throw LineProblem{"has neither \"text\", \"ids\" nor \"turns\""};
       }
-      for (int32_t id : s.ids)
-        if (id < 0 || id >= vocab)
-          throw LineProblem{"token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                            std::to_string(vocab) + ")"};
-      const int64_t n = static_cast<int64_t>(s.ids.size());
-      if (n > options.max_len) {
-        const int64_t drop = n - options.max_len;
-        s.drop_front(drop);
-        s.truncated = true;
-        ds.warnings.push_back(where + std::to_string(n) + " tokens, longer than --max-len " +
-                              std::to_string(options.max_len) + ": the first " + std::to_string(drop) +
-                              " were dropped (truncated from the left)");
-      }
-      if (!s.is_label.empty()) s.is_label[0] = 0;  // nothing predicts the first token
-      if (s.ids.size() < 2) throw LineProblem{"fewer than 2 tokens"};
-      bool any = false;
-      for (uint8_t b : s.is_label) any = any || b;
-      if (!any) throw LineProblem{"no answer token left to learn from"};
+      if (!(s.deferred && options.defer_media)) finish_sample(s, where, model, options, ds.warnings);
       ds.samples.push_back(std::move(s));
     } catch (const LineProblem& p) {
       ds.warnings.push_back(where + p.what + "; skipped");

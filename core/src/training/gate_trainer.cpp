@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "trimkv/core/adamw.h"
 #include "fnv1a.h"
@@ -50,6 +52,11 @@ struct GateTrainer::Impl {
   nlohmann::json config;         // what a checkpoint must match
   std::vector<int64_t> order;    // permutation of the current epoch
   int64_t order_epoch = -1;
+  // Deferred samples (DatasetOptions::defer_media) this process has laid out, by index, and
+  // those that turned out unusable.
+  std::unordered_map<int64_t, TrainingSample> prepared;
+  std::unordered_set<int64_t> unusable;
+  std::function<void(const std::string&)> on_warning;
 
   const TrainingSample& sample_at(int64_t k) {
     const int64_t n = static_cast<int64_t>(data->samples.size());
@@ -61,7 +68,31 @@ struct GateTrainer::Impl {
       for (int64_t i = n - 1; i > 0; --i) std::swap(order[i], order[rng() % static_cast<uint64_t>(i + 1)]);
       order_epoch = epoch;
     }
-    return data->samples[order[k % n]];
+    // A deferred sample is laid out when first drawn; one that cannot be is skipped for the next
+    // in the epoch's order (every rank finds the same one).
+    for (int64_t tries = 0; tries < n; ++tries) {
+      const int64_t index = order[(k + tries) % n];
+      const TrainingSample& s = data->samples[static_cast<size_t>(index)];
+      if (!s.deferred) return s;
+      if (unusable.count(index)) continue;
+      if (auto it = prepared.find(index); it != prepared.end()) return it->second;
+      TrainingSample copy = s;
+      std::vector<std::string> warnings;
+      DatasetOptions dopt;
+      dopt.max_len = opt.max_len;
+      dopt.has_vision = media != nullptr;
+      dopt.media = media;
+      try {
+        prepare_deferred_sample(copy, *model, dopt, warnings);
+      } catch (const Error& e) {
+        unusable.insert(index);
+        warnings.push_back(std::string(e.what()) + "; skipped for the next line in the order");
+      }
+      if (on_warning)
+        for (const auto& w : warnings) on_warning(w);
+      if (!unusable.count(index)) return prepared.emplace(index, std::move(copy)).first->second;
+    }
+    TRIMKV_FAIL(Input, "no line of the dataset could be laid out (", unusable.size(), " tried)");
   }
 
   void check_only_gates_have_grad() const {
@@ -158,6 +189,7 @@ GateTrainer::~GateTrainer() = default;
 
 const RetentionGates& GateTrainer::gates() const { return *m_impl->gates; }
 int64_t GateTrainer::step() const { return m_impl->step; }
+void GateTrainer::set_warning_sink(std::function<void(const std::string&)> sink) { m_impl->on_warning = std::move(sink); }
 
 double GateTrainer::lr_at(int64_t s) const {
   const TrainOptions& o = m_impl->opt;
@@ -313,6 +345,7 @@ TrainResult GateTrainer::run(const std::function<void(const TrainProgress&)>& on
     if (on_progress) on_progress(pr);
   }
   result.steps_done = I.step;
+  result.laid_out = static_cast<int64_t>(I.prepared.size());
   if (!result.interrupted && rank == 0) {
     save();
     std::map<std::string, std::string> meta = {

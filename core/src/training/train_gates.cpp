@@ -45,10 +45,12 @@ TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* med
   dopt.max_len = options.max_len;
   dopt.has_vision = media != nullptr;
   dopt.media = media;
+  dopt.defer_media = group != nullptr;  // each rank lays out and encodes only what it draws
   const Dataset data = load_dataset(options.data_path, model, dopt);
   if (on_warning)
     for (const auto& w : data.warnings) on_warning(w);
   GateTrainer trainer(model, data, options, media, group.get());
+  trainer.set_warning_sink(on_warning);
   if (on_setup) {
     TrainSetup s;
     s.n_samples = static_cast<int64_t>(data.samples.size());
@@ -57,6 +59,7 @@ TrainResult train_gates_on(const TextModel& model, const SampleMediaEncoder* med
     s.gate_parameters = trainer.gates().parameter_count();
     s.model_dir = model.dir;
     s.chat_template = media != nullptr;
+    for (const TrainingSample& sample : data.samples) s.deferred += sample.deferred ? 1 : 0;
     on_setup(s);
   }
   return trainer.run(on_progress, cancel);

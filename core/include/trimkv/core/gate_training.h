@@ -97,6 +97,9 @@ struct TrainingSample {
   std::vector<at::Tensor> deepstack;  // [j] [count of is_media, d]: added to the media positions
                                       // after decoder layer j (Qwen3-VL), or empty
   bool truncated = false;
+  // Read and checked, not yet laid out: the media encoder's prepare(), truncation and the label
+  // checks wait for prepare_deferred_sample() (DatasetOptions::defer_media).
+  bool deferred = false;
 
   // Drops the first k positions (their media rows, deepstack rows and rotary positions with
   // them; the positions left keep theirs: rotary attention depends on differences only).
@@ -126,6 +129,10 @@ struct DatasetOptions {
   int64_t max_len = 1024;  // longer sequences are truncated from the left (warning)
   bool has_vision = false; // whether a SampleMediaEncoder is available
   const SampleMediaEncoder* media = nullptr;  // prepares conversation lines (implies has_vision)
+  // With `media`: conversation lines are read and checked now, laid out and encoded (images
+  // through the tower) only when prepare_deferred_sample() is called on them. Data-parallel ranks
+  // load this way, so that each encodes only the samples it draws.
+  bool defer_media = false;
 };
 
 struct Dataset {
@@ -147,6 +154,11 @@ struct Dataset {
 // tower, ids outside the vocabulary, no label left after truncation) are skipped with a warning
 // naming the line; Error{Io} only when the file cannot be read, Error{Input} when no line is usable.
 Dataset load_dataset(const std::string& path, const TextModel& model, const DatasetOptions& options);
+// Finishes a sample load_dataset deferred (options as given to it): lays it out with
+// options.media, truncates it (a warning appended to `warnings`) and checks it as load_dataset
+// would have. Error{Input} naming the line when it is unusable (load_dataset would have skipped it).
+void prepare_deferred_sample(TrainingSample& sample, const TextModel& model, const DatasetOptions& options,
+                             std::vector<std::string>& warnings);
 
 // ---------------------------------------------------------------------------------------------
 // The trainer.
@@ -172,6 +184,8 @@ class GateTrainer {
 
   const RetentionGates& gates() const;
   int64_t step() const;
+  // Where the warnings of deferred samples go (a line found unusable when first drawn).
+  void set_warning_sink(std::function<void(const std::string&)> sink);
   // The learning rate used at step s (1-based).
   double lr_at(int64_t s) const;
 

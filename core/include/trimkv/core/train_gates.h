@@ -72,6 +72,9 @@ struct TrainResult {
   std::string checkpoint_path;  // last checkpoint written ("" if none)
   std::string out_path;         // gates file written ("" when interrupted)
   std::vector<double> losses;   // per step of this run
+  // Deferred conversations (data-parallel ranks: DatasetOptions::defer_media) this process laid
+  // out and encoded: only those it drew.
+  int64_t laid_out = 0;
 };
 
 // What train_gates() found before training (for the CLI's header lines).
@@ -82,6 +85,8 @@ struct TrainSetup {
   // Conversation lines laid out by the model's chat template (VLMs, text instruct models) rather
   // than as text "\n" answer <eos>.
   bool chat_template = false;
+  // Of n_samples, the conversations each rank lays out and encodes only when it draws them.
+  int64_t deferred = 0;
 };
 
 // Loads options.model_dir and options.data_path, reports every dataset warning through
