@@ -397,6 +397,67 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   CHECK(checked_answers > 10);
 }
 
+TEST_CASE("demo number hops: labels and in-image words look at the image's digit", "[demo][training]") {
+  const std::string dir = default_model_dir();
+  const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
+  const demo::DemoData plain(tok, DemoModelSize{}, proc), numbered(tok, DemoModelSize{}, proc, true);
+  int labels = 0, named = 0, unnamed = 0;
+  for (int64_t i = 0; i < 30; ++i) {
+    const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
+    demo::DemoData::Images a, b;
+    const demo::DemoSequence base = plain.layout(conv, a), seq = numbered.layout(conv, b);
+    REQUIRE(seq.ids == base.ids);
+    auto text_at = [&](int64_t p) { return tok.decode({static_cast<int32_t>(seq.ids[static_cast<size_t>(p)])}); };
+    // Hop 0: head 0 at the digit of the image's own label (inside the whole label, which head 1
+    // still looks at); nothing else moves.
+    REQUIRE(seq.hops[0].rows == base.hops[0].rows);
+    for (size_t r = 0; r < seq.hops[0].rows.size(); ++r) {
+      const int img = static_cast<int>(r / static_cast<size_t>(numbered.image_seq_len()));
+      REQUIRE(seq.hops[0].head0[r].size() == 1);
+      const int64_t digit = seq.hops[0].head0[r][0];
+      CHECK(text_at(digit) == std::to_string(img + 1));
+      const auto& label = base.hops[0].head0[r];
+      CHECK(std::find(label.begin(), label.end(), digit) != label.end());
+      CHECK(seq.hops[0].head1[r] == label);
+      ++labels;
+    }
+    // Hop 1: head 1 of a word whose question names images ("In image k", "image a or image b")
+    // looks at those digits; other questions keep the whole question.
+    REQUIRE(seq.hops[1].rows == base.hops[1].rows);
+    CHECK(seq.hops[1].head0 == base.hops[1].head0);
+    CHECK(seq.hops[2].head0 == base.hops[2].head0);
+    size_t row = 0;
+    for (const world::Turn& turn : conv.turns) {
+      if (turn.subjects.empty()) continue;
+      const size_t last_image = turn.text.rfind("<image>");  // the question: after the turn's images
+      std::string lower = last_image == std::string::npos ? turn.text : turn.text.substr(last_image);
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const bool names = (turn.type.rfind("in_image_", 0) == 0 || turn.type == "more_shape") &&
+                         lower.find("image " + std::to_string(turn.about.front() + 1)) != std::string::npos;
+      for (size_t s = 0; s < turn.subjects.size() && s < 2 && row < seq.hops[1].rows.size(); ++s, ++row) {
+        INFO(turn.text);
+        const auto& h = seq.hops[1].head1[row];
+        if (!names) {
+          CHECK(h == base.hops[1].head1[row]);
+          ++unnamed;
+          continue;
+        }
+        REQUIRE(h.size() == turn.about.size());
+        for (size_t k = 0; k < h.size(); ++k) {
+          CHECK(h[k] < seq.hops[1].rows[row]);
+          CHECK(text_at(h[k]) == std::to_string(turn.about[k] + 1));
+        }
+        ++named;
+      }
+    }
+    REQUIRE(row == seq.hops[1].rows.size());
+  }
+  CHECK(labels > 1000);
+  CHECK(named > 10);
+  CHECK(unnamed > 10);
+}
+
 TEST_CASE("demo image probe: rows are every visual token and each 'In image k' subject word", "[demo][training]") {
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");

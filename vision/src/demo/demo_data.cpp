@@ -12,8 +12,9 @@
 
 namespace trimkv::vision::demo {
 
-DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc)
-    : m_tok(tok), m_size(size), m_proc(proc) {
+DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc,
+                   bool number_hops)
+    : m_tok(tok), m_size(size), m_proc(proc), m_number_hops(number_hops) {
   m_side = size.image_size / size.patch_size / size.scale_factor;
   m_seq = m_side * m_side;
   m_image_id = tok.token_to_id(kImagePlaceholder);
@@ -88,6 +89,14 @@ void DemoData::finish(Images& images, DemoBatch& batch) {
   batch.patch_targets = at::cat(images.patch_targets, 0);
 }
 
+int64_t DemoData::number_position(const DemoSequence& seq, int64_t from, int64_t to, int number) const {
+  const std::vector<int32_t> t = m_tok.encode(std::to_string(number), false);
+  if (t.size() != 1) return -1;
+  for (int64_t p = to - 1; p >= from; --p)
+    if (seq.ids[static_cast<size_t>(p)] == t[0]) return p;
+  return -1;
+}
+
 void DemoData::add_attention_targets(const world::Conversation& conv, const world::Turn& turn, int64_t turn_start,
                                      DemoSequence& seq) const {
   const int64_t end = static_cast<int64_t>(seq.ids.size());
@@ -106,9 +115,12 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
     if (start == stop) continue;
     std::vector<int64_t> label(static_cast<size_t>(stop - start));
     std::iota(label.begin(), label.end(), start);
+    std::vector<int64_t> number = label;  // with number_hops, the label's digit alone
+    if (m_number_hops)
+      if (const int64_t p = number_position(seq, start, stop, img + 1); p >= 0) number = {p};
     for (int64_t p : image_tokens(img)) {
       seq.hops[0].rows.push_back(p);
-      seq.hops[0].head0.push_back(label);
+      seq.hops[0].head0.push_back(number);
       seq.hops[0].head1.push_back(label);
     }
   }
@@ -213,9 +225,17 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
           break;
         }
     }
+    // With number_hops, head 1 looks at the numbers of the images the question names instead.
+    std::vector<int64_t> named = question;
+    if (m_number_hops && (turn.type.rfind("in_image_", 0) == 0 || turn.type == "more_shape")) {
+      std::vector<int64_t> digits;
+      for (int img : turn.about)
+        if (const int64_t p = number_position(seq, from, end, img + 1); p >= 0) digits.push_back(p);
+      if (!digits.empty()) named = digits;
+    }
     seq.hops[1].rows.push_back(anchor);
     seq.hops[1].head0.push_back(color_word);
-    seq.hops[1].head1.push_back(question);
+    seq.hops[1].head1.push_back(named);
     seq.hops[2].rows.push_back(anchor);
     seq.hops[2].head0.push_back(cells);
     seq.hops[2].head1.push_back(cells);

@@ -156,7 +156,9 @@ struct DemoBatch {
 
 class DemoData {
  public:
-  DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc);
+  // number_hops: DemoTrainOptions::number_hops.
+  DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc,
+           bool number_hops = false);
   // Pixels and per-token targets of scenes, appended to `pixels` / `targets`.
   struct Images {
     std::vector<at::Tensor> pixels, targets, patch_targets;
@@ -185,6 +187,9 @@ class DemoData {
   int64_t m_seq = 0, m_side = 0;
   int32_t m_image_id = -1, m_image_edge_id = -1, m_global_id = -1;
   std::vector<int32_t> m_close;
+  bool m_number_hops = false;
+  // The last position in [from, to) holding image number `number` (1-based) as one token, or -1.
+  int64_t number_position(const DemoSequence& seq, int64_t from, int64_t to, int number) const;
 };
 
 // --- the loss (demo_trainer.cpp uses it for training and validation) --------------------------

@@ -277,6 +277,7 @@ json options_json(const DemoTrainOptions& o) {
           {"tokenizer_conversations", o.tokenizer_conversations}};
   if (!o.init_from.empty()) j["init_from"] = o.init_from;
   if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
+  if (o.number_hops) j["number_hops"] = true;
   return j;
 }
 
@@ -402,7 +403,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
 
   DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0);
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
-  const DemoData data(tok, o.size, proc);
+  const DemoData data(tok, o.size, proc, o.number_hops);
   int64_t n_params = 0;
   for (const auto& p : all_params(model)) n_params += p.tensor.numel();
   say("model: " + std::to_string(n_params) + " parameters (probe included), " +
