@@ -32,7 +32,7 @@ class DbTrimKvPolicy final : public EvictionPolicy {
   }
   EvictionPlan plan(const PolicyContext& ctx) override {
     if (ctx.cache) {  // a cache on the GPU: selected there (device_selection.h), the same plan
-      LearnedSelection s{m_lookahead, m_window, m_sinks, ctx.budget_global, m_floor, std::nullopt};
+      LearnedSelection s{m_lookahead, m_window, m_sinks, ctx.budget_global, m_floor, std::nullopt, std::nullopt};
       if (threshold_mode()) s.threshold = static_cast<float>(std::log(m_alpha));
       if (auto on_device = learned_plan_on_device(*ctx.cache, s)) return std::move(*on_device);
     }

@@ -60,10 +60,12 @@ std::optional<EvictionPlan> learned_plan_on_device(const KvCache& cache, const L
           e, s.window > 0 ? static_cast<int32_t>(kv.n_tokens() - s.window) : std::numeric_limits<int32_t>::max(),
           static_cast<int32_t>(s.sinks), sc);
     if (s.threshold) kernels::cuda::select_threshold(e, sc, *s.threshold, kp);
+    else if (s.per_head)
+      kernels::cuda::select_per_head_top_k(e, sc, std::vector<int64_t>(static_cast<size_t>(n_streams), *s.per_head), kp);
     else kernels::cuda::select_global_top_k(e, sc, s.k, s.floor_per_head, kp);
     lists = kernels::cuda::keep_lists(kp, offsets, e.stream);
   } catch (const std::exception& ex) {
-    TRIMKV_FAIL(Internal, "dbtrimkv's selection on the GPU: ", ex.what());
+    TRIMKV_FAIL(Internal, "the learned selection on the GPU: ", ex.what());
   }
   EvictionPlan plan(g.n_layer, g.n_kv_head);
   for (int st = 0; st < n_streams; ++st) plan.keep(st / g.n_kv_head, st % g.n_kv_head) = std::move(lists[static_cast<size_t>(st)]);

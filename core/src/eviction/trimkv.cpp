@@ -1,5 +1,6 @@
 // trimkv: learned retention with a per-head budget: the same scores as dbtrimkv, top-M per
 // (layer, KV head) (METHOD.md §4 "Selection").
+#include "eviction/device_selection.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/eviction_select.h"
 #include "trimkv/core/policies.h"
@@ -28,6 +29,10 @@ class TrimKvPolicy final : public EvictionPolicy {
     return n;
   }
   EvictionPlan plan(const PolicyContext& ctx) override {
+    if (ctx.cache) {  // a cache on the GPU: selected there (device_selection.h), the same plan
+      LearnedSelection s{m_lookahead, m_window, m_sinks, 0, 0, std::nullopt, ctx.budget_per_head};
+      if (auto on_device = learned_plan_on_device(*ctx.cache, s)) return std::move(*on_device);
+    }
     const StreamScores scores = entry_scores(ctx);
     return select_per_head_top_k(
         *ctx.kv, scores,
