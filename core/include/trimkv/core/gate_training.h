@@ -115,7 +115,8 @@ struct TrainingSample {
 class SampleMediaEncoder {
  public:
   virtual ~SampleMediaEncoder() = default;
-  // Called once per conversation line by load_dataset, before truncation: may rewrite ids and
+  // Called once per conversation line by load_dataset (with DatasetOptions::defer_media, by
+  // prepare_deferred_sample when a rank first draws it), before truncation: may rewrite ids and
   // is_label (chat template, image expansion) and fill is_media / media (the features, computed
   // here once, without grad). Throws Error for a bad line (load_dataset skips it with a warning
   // naming the line). Default: nothing.
