@@ -56,6 +56,7 @@ struct GateTrainer::Impl {
   // those that turned out unusable.
   std::unordered_map<int64_t, TrainingSample> prepared;
   std::unordered_set<int64_t> unusable;
+  DatasetOptions deferred_options;  // how they are finished (the model's media encoder, --max-len)
   std::function<void(const std::string&)> on_warning;
 
   const TrainingSample& sample_at(int64_t k) {
@@ -78,19 +79,17 @@ struct GateTrainer::Impl {
       if (auto it = prepared.find(index); it != prepared.end()) return it->second;
       TrainingSample copy = s;
       std::vector<std::string> warnings;
-      DatasetOptions dopt;
-      dopt.max_len = opt.max_len;
-      dopt.has_vision = media != nullptr;
-      dopt.media = media;
+      bool usable = true;
       try {
-        prepare_deferred_sample(copy, *model, dopt, warnings);
+        prepare_deferred_sample(copy, *model, deferred_options, warnings);
       } catch (const Error& e) {
+        usable = false;
         unusable.insert(index);
         warnings.push_back(std::string(e.what()) + "; skipped for the next line in the order");
       }
       if (on_warning)
         for (const auto& w : warnings) on_warning(w);
-      if (!unusable.count(index)) return prepared.emplace(index, std::move(copy)).first->second;
+      if (usable) return prepared.emplace(index, std::move(copy)).first->second;
     }
     TRIMKV_FAIL(Input, "no line of the dataset could be laid out (", unusable.size(), " tried)");
   }
@@ -119,6 +118,9 @@ GateTrainer::GateTrainer(const TextModel& model, const Dataset& data, TrainOptio
   I.group = group;
   I.opt = std::move(options);
   TrainOptions& o = I.opt;
+  I.deferred_options.max_len = o.max_len;
+  I.deferred_options.has_vision = media != nullptr;
+  I.deferred_options.media = media;
   TRIMKV_CHECK(o.steps > 0, Input, "--steps must be > 0, got ", o.steps);
   TRIMKV_CHECK(o.batch > 0, Input, "--batch must be > 0, got ", o.batch);
   TRIMKV_CHECK(o.budget > 0, Input, "--budget must be > 0, got ", o.budget);

@@ -22,6 +22,9 @@ DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefic
   m_global_id = tok.token_to_id(kIdefics3GlobalImageToken);
   TRIMKV_CHECK(m_image_id >= 0, Config, "the demo tokenizer lacks '", kImagePlaceholder, "'");
   m_close = tok.encode(demo_chat_format().answer_close({{"user", {ContentPart::text_part("?")}}}), false);
+  m_number_ids.assign(world::kMaxImagesLimit + 1, -1);
+  for (int k = 1; k <= world::kMaxImagesLimit; ++k)
+    if (const std::vector<int32_t> t = tok.encode(std::to_string(k), false); t.size() == 1) m_number_ids[k] = t[0];
 }
 
 at::Tensor DemoData::scene_pixels(const world::Scene& scene) const {
@@ -90,10 +93,9 @@ void DemoData::finish(Images& images, DemoBatch& batch) {
 }
 
 int64_t DemoData::number_position(const DemoSequence& seq, int64_t from, int64_t to, int number) const {
-  const std::vector<int32_t> t = m_tok.encode(std::to_string(number), false);
-  if (t.size() != 1) return -1;
-  for (int64_t p = to - 1; p >= from; --p)
-    if (seq.ids[static_cast<size_t>(p)] == t[0]) return p;
+  const int32_t id = number >= 0 && number < static_cast<int>(m_number_ids.size()) ? m_number_ids[number] : -1;
+  for (int64_t p = to - 1; id >= 0 && p >= from; --p)
+    if (seq.ids[static_cast<size_t>(p)] == id) return p;
   return -1;
 }
 

@@ -188,7 +188,8 @@ class DemoData {
   int32_t m_image_id = -1, m_image_edge_id = -1, m_global_id = -1;
   std::vector<int32_t> m_close;
   bool m_number_hops = false;
-  // The last position in [from, to) holding image number `number` (1-based) as one token, or -1.
+  std::vector<int32_t> m_number_ids;  // [k]: the token of image number k (1-based) alone, or -1
+  // The last position in [from, to) holding image number `number` as one token, or -1.
   int64_t number_position(const DemoSequence& seq, int64_t from, int64_t to, int number) const;
 };
 
