@@ -41,7 +41,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_real("describe", "P", "probability that an extra turn is a caption", 0, 1),
       ranged_real("attn-weight", "W", "weight of the attention targets (0: off)", 0, 1e6),
       ranged_real("image-probe-weight", "W", "weight of the image probe: visual tokens and 'In image k' words must say their image (default 0: none)", 0, 1e6),
-      {"number-hops", "", "the labels hop on the image number: visual tokens look at their label's digit, 'In image k' words at k"},
+      {"no-number-hops", "", "the labels hop averages the whole label and question instead of looking at the image number (the earlier recipe)"},
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
       ranged_int("short-images", "K", "max images per conversation in the chat-short stage", 1,
@@ -81,7 +81,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.describe_probability = args.get_double("describe", d.describe_probability);
   o.attn_weight = args.get_double("attn-weight", d.attn_weight);
   o.image_probe_weight = args.get_double("image-probe-weight", d.image_probe_weight);
-  o.number_hops = args.flag("number-hops");
+  o.number_hops = !args.flag("no-number-hops");
   o.freeze_tower = !args.flag("train-tower");
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);

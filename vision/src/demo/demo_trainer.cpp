@@ -277,7 +277,7 @@ json options_json(const DemoTrainOptions& o) {
           {"tokenizer_conversations", o.tokenizer_conversations}};
   if (!o.init_from.empty()) j["init_from"] = o.init_from;
   if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
-  if (o.number_hops) j["number_hops"] = true;
+  j["number_hops"] = o.number_hops;
   return j;
 }
 

@@ -86,13 +86,14 @@ struct DemoTrainOptions {
   // image they belong to / ask about. Measured on the shipped model, an in-image count that went
   // wrong put 22% of its objects-hop attention on other images' tokens (right ones 15%).
   double image_probe_weight = 0.0;
-  // The labels hop on the image number itself (false: the shipped recipe): head 0 of each visual
-  // token looks at its label's digit ("Image 3:" -> "3", head 1 still at the whole label), and a
-  // question word whose question names images ("In image 3, ...") looks with head 1 at those digits
-  // instead of the whole question. Averaged over the whole label or question, the number reaches
-  // the objects hop at a quarter to a tenth of its weight, and an in-image count that went wrong
-  // put 22% of that hop's attention on other images' objects (right ones 15%).
-  bool number_hops = false;
+  // The labels hop on the image number itself (the recipe; false, `--no-number-hops`: the hops of
+  // the model shipped before it): head 0 of each visual token looks at its label's digit
+  // ("Image 3:" -> "3", head 1 still at the whole label), and a question word whose question names
+  // images ("In image 3, ...") looks with head 1 at those digits instead of the whole question.
+  // Averaged over the whole label or question, the number reaches the objects hop at a quarter to
+  // a tenth of its weight, and an in-image count that went wrong put 22% of that hop's attention
+  // on other images' objects (right ones 15%).
+  bool number_hops = true;
   // The chat stages train the connector and the decoder, not the tower: with the language loss
   // flowing into it, the tower forgot what the vision stage taught it (the visual-token probe
   // fell from 97% to 22-46% of object cells in a few hundred steps), and the decoder then had
