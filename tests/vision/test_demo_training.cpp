@@ -131,7 +131,7 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   REQUIRE(conv.scenes.size() >= 1);
   const Tokenizer tok = Tokenizer::from_file(out + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(out);
-  const demo::DemoData data(tok, o.size, proc);
+  const demo::DemoData data(tok, o.size, proc, false);
   demo::DemoData::Images images;
   const demo::DemoSequence seq = data.layout(conv, images);
 
@@ -265,7 +265,7 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
   const DemoModelSize size;
-  const demo::DemoData data(tok, size, proc);
+  const demo::DemoData data(tok, size, proc, false);
   const int32_t image_id = tok.token_to_id("<image>");
   world::WorldOptions wo;
   int checked_objects = 0, checked_found = 0, checked_counts = 0, checked_answers = 0;
@@ -401,7 +401,7 @@ TEST_CASE("demo number hops: labels and in-image words look at the image's digit
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
-  const demo::DemoData plain(tok, DemoModelSize{}, proc), numbered(tok, DemoModelSize{}, proc, true);
+  const demo::DemoData plain(tok, DemoModelSize{}, proc, false), numbered(tok, DemoModelSize{}, proc, true);
   int labels = 0, named = 0, unnamed = 0;
   for (int64_t i = 0; i < 30; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
@@ -461,7 +461,7 @@ TEST_CASE("demo number hops: labels and in-image words look at the image's digit
 TEST_CASE("demo image probe: rows are every visual token and each 'In image k' subject word", "[demo][training]") {
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir));
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), false);
   int checked = 0;
   for (int64_t i = 0; i < 40; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
@@ -545,7 +545,7 @@ TEST_CASE("demo chat stages with a frozen tower give the tower no gradient", "[d
   const std::string src = default_model_dir();
   demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4);
   const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src));
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), false);
   demo::DemoBatch batch;
   demo::DemoData::Images images;
   batch.seqs.push_back(data.layout(world::make_conversation(2, world::Split::Train, 0, world::WorldOptions{}), images));

@@ -156,9 +156,9 @@ struct DemoBatch {
 
 class DemoData {
  public:
-  // number_hops: DemoTrainOptions::number_hops.
+  // number_hops: DemoTrainOptions::number_hops (no default here: the options own it).
   DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc,
-           bool number_hops = false);
+           bool number_hops);
   // Pixels and per-token targets of scenes, appended to `pixels` / `targets`.
   struct Images {
     std::vector<at::Tensor> pixels, targets, patch_targets;
