@@ -20,6 +20,7 @@
 #include "eval_runner.h"
 #include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/file_fingerprint.h"
 #include "trimkv/core/eviction_settings.h"
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/world_eval.h"
@@ -135,9 +136,11 @@ std::vector<std::vector<std::string>> type_lines(const std::string& policy, cons
 }
 
 // What the cells of one folder must share: a rerun that resumes them with other data or scoring
-// would mix two experiments in one table. The gates are not in it: each learned policy may be
-// run with its own gates file (`--policies dbtrimkv --gates a`, then `--policies trimkv --gates
-// b`), which is how a sweep with per-head and global gates is made.
+// would mix two experiments in one table. The model is named by its path and by its files'
+// sample hash (checkpoint_fingerprint: the folder's weights and its own gates), so a model
+// retrained in place is not resumed with the old one's cells. A --gates file is not in it: each
+// learned policy may be run with its own gates file (`--policies dbtrimkv --gates a`, then
+// `--policies trimkv --gates b`), which is how a sweep with per-head and global gates is made.
 std::vector<std::pair<std::string, std::string>> sweep_settings(const Args& args, const EvalRunOptions& run,
                                                                 const std::string& model, int limit) {
   auto path = [](const std::string& p) {  // one spelling per file: ./a.jsonl and a.jsonl agree
@@ -146,6 +149,7 @@ std::vector<std::pair<std::string, std::string>> sweep_settings(const Args& args
     return ec ? p : c.string();
   };
   return {{"model", path(model)},
+          {"model-files", checkpoint_fingerprint(model)},
           {"data", path(run.data)},
           {"limit", limit < 0 ? "all" : std::to_string(limit)},
           {"match", vision::world::answer_match_name(run.match)},
@@ -279,7 +283,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them), each optionally with its options after colons, e.g. dbtrimkv:sinks=4 (the entry names its rows)"},
       {"budgets", "B,...", "KV budgets: fractions of the full cache's peak entries (0.25) and/or entries (512)"},
-      {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png, sweep-settings.txt (a rerun with other data or scoring is refused) (default: sweep)"},
+      {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png, sweep-settings.txt (a rerun with other data, scoring or model files is refused) (default: sweep)"},
       ranged_int("limit", "N", "evaluate the first N conversations only", 1, 2147483647),
       {"history", "gold|model", "answers kept in the conversation (default gold)"},
       {"match", "exact|contains", "scoring: the normalized reply equals the expected answer (default), or contains it as whole words (real models answer in sentences)"},

@@ -262,6 +262,36 @@ TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[c
   CHECK_THAT(refused.err, Catch::Contains("match was exact, now contains"));
   CHECK(without_seconds(trimkv::test::read_bytes(dir.file("sweep/sweep.csv"))) == without_seconds(csv));
 
+  // A model retrained in place (same folder, other weights) is refused too: its cells would be
+  // mixed with the old model's.
+  trimkv::test::ScratchDir copy("eval-sweep-model");
+  for (const auto& e : std::filesystem::directory_iterator(model))
+    std::filesystem::copy_file(e.path(), std::filesystem::path(copy.path()) / e.path().filename());
+  std::vector<std::string> on_copy = args;
+  on_copy[2] = copy.path();
+  on_copy[on_copy.size() - 3] = dir.file("sweep-copy");
+  const WorldRun first = run_world_cli(on_copy);
+  CAPTURE(first.out, first.err);
+  REQUIRE(first.code == 0);
+  const std::string copied_csv = trimkv::test::read_bytes(dir.file("sweep-copy/sweep.csv"));
+  {
+    // One byte of the first tensor's data changed: the file still loads, as a retrained one would.
+    std::fstream f(copy.file("model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+    uint64_t header = 0;
+    f.read(reinterpret_cast<char*>(&header), 8);
+    REQUIRE(8 + header + 16 < 65536);  // inside the sample hash's first 64 KiB
+    f.seekg(static_cast<std::streamoff>(8 + header + 16));
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(static_cast<std::streamoff>(8 + header + 16));
+    f.write(&c, 1);
+  }
+  const WorldRun retrained = run_world_cli(on_copy);
+  require_error_naming(retrained, "--out");
+  CHECK_THAT(retrained.err, Catch::Contains("model-files was"));
+  CHECK(trimkv::test::read_bytes(dir.file("sweep-copy/sweep.csv")) == copied_csv);
+
   require_error_naming(run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
                                       "nope", "--budgets", "0.5"}),
                        "--policies");

@@ -15,6 +15,7 @@
 
 #include "fnv1a.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/file_fingerprint.h"
 #include "trimkv/core/safetensors.h"
 #include "trimkv/core/weight_store.h"
 
@@ -32,21 +33,7 @@ nlohmann::json file_fingerprint(const std::string& path) {
   TRIMKV_CHECK(::stat(path.c_str(), &st) == 0, Io, "cannot stat '", path, "': ", std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   const int64_t mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-  std::ifstream in(path, std::ios::binary);
-  TRIMKV_CHECK(in.good(), Io, "cannot read '", path, "'");
-  uint64_t h = kFnv1aOffset;
-  std::vector<char> buf(64 << 10);
-  auto sample = [&](uint64_t at, size_t n) {
-    if (at >= size) return;
-    n = static_cast<size_t>(std::min<uint64_t>(n, size - at));
-    in.seekg(static_cast<std::streamoff>(at));
-    in.read(buf.data(), static_cast<std::streamsize>(n));
-    h = fnv1a_bytes(buf.data(), static_cast<size_t>(in.gcount()), h);
-    in.clear();
-  };
-  sample(0, buf.size());
-  for (uint64_t k = 1; k <= 16; ++k) sample(size / 17 * k, 4096);
-  return nlohmann::json::array({fs::path(path).filename().string(), size, mtime_ns, hex64(h)});
+  return nlohmann::json::array({fs::path(path).filename().string(), size, mtime_ns, file_sample_hash(path)});
 }
 
 }  // namespace
