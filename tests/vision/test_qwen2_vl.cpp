@@ -665,26 +665,33 @@ TEST_CASE("Qwen2-VL: a stop while a big picture is encoded lands within 200 ms",
   EngineOptions o;
   o.image_size = side;
   o.threads = 1;
-  auto engine = ChatEngine::load(test::vlm_model("qwen2_vl"), o);
-  std::atomic<bool> stop{false};
-  std::chrono::steady_clock::time_point stopped_at;
-  std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(150));  // inside the tower
-    stopped_at = std::chrono::steady_clock::now();
-    stop = true;
-  });
+  // The stop lands 150 ms in; on a CPU fast enough to finish the tower before that, the turn is
+  // tried again on a fresh engine with the stop sooner.
   std::string message;
-  try {
-    engine->add_user_turn("What is this?", {picture}, &stop);
-  } catch (const Error& e) {
-    if (e.kind() == ErrorKind::Cancelled) message = e.what();
+  double ms = 0;
+  for (int delay_ms = 150; delay_ms >= 10 && message.empty(); delay_ms /= 2) {
+    auto engine = ChatEngine::load(test::vlm_model("qwen2_vl"), o);
+    std::atomic<bool> stop{false};
+    std::chrono::steady_clock::time_point stopped_at;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));  // inside the tower
+      stopped_at = std::chrono::steady_clock::now();
+      stop = true;
+    });
+    try {
+      engine->add_user_turn("What is this?", {picture}, &stop);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Cancelled) message = e.what();
+    }
+    const auto back = std::chrono::steady_clock::now();
+    stopper.join();
+    ms = std::chrono::duration<double, std::milli>(back - stopped_at).count();
+    if (!message.empty()) {
+      REQUIRE(engine->transcript().empty());
+      REQUIRE(engine->state().tokens == 0);
+    }
   }
-  const auto back = std::chrono::steady_clock::now();
-  stopper.join();
-  const double ms = std::chrono::duration<double, std::milli>(back - stopped_at).count();
   INFO("back " << ms << " ms after the stop: " << message);
   REQUIRE_THAT(message, Catch::Contains("image encoding cancelled"));
   REQUIRE(ms < 200);
-  REQUIRE(engine->transcript().empty());
-  REQUIRE(engine->state().tokens == 0);
 }
