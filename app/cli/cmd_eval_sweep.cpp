@@ -20,8 +20,8 @@
 #include "eval_runner.h"
 #include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
-#include "trimkv/core/file_fingerprint.h"
 #include "trimkv/core/eviction_settings.h"
+#include "trimkv/core/file_fingerprint.h"
 #include "trimkv/vision/chat_engine.h"
 #include "trimkv/vision/world_eval.h"
 #ifdef TRIMKV_QT_CHARTS
