@@ -12,6 +12,8 @@
 #include "policy_options.h"
 #include "trimkv/core/error.h"
 #include "trimkv/vision/chat_engine.h"
+#include "trimkv/vision/idefics3.h"
+#include "trimkv/vision/world.h"
 
 namespace trimkv::cli {
 
@@ -27,6 +29,16 @@ const char* kChatHelp =
     "  /stats        KV cache entries by modality, bytes, policy and eviction events\n"
     "  /save FILE    save the conversation (JSON messages with image paths)\n"
     "  /quit         leave (or Ctrl-D); Ctrl-C stops an answer\n";
+
+// What a model of the demo world knows (said when one is loaded), and the note for a question
+// outside its grammar: it answers anything with its world's words.
+const char* kDemoWorldHint =
+    "[demo model: trained here on one small world, not a general model. It knows four shapes (circle, square,\n"
+    " triangle, star), six colours (red, green, blue, yellow, purple, orange), counting, positions and several\n"
+    " images. Try: /image PATH, then \"What color is the circle?\" or \"In image 2, how many stars are there?\"]\n";
+const char* kOutsideDemoWorld =
+    "[outside the demo model's world: it only knows the questions above about coloured shapes, so its answer is a "
+    "guess]\n";
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
@@ -91,6 +103,8 @@ int cmd_chat(int argc, char** argv, int first) {
             << ")\n";
   if (!info.weight_cache.empty()) std::cout << "weight cache: " << info.weight_cache << "\n";
   std::cout << kChatHelp << std::flush;
+  const bool demo_world = vision::is_demo_world_model(info.dir);
+  if (demo_world) std::cout << kDemoWorldHint << std::flush;
   std::signal(SIGINT, on_chat_sigint);
   std::vector<std::string> images;
   std::string line;
@@ -139,6 +153,7 @@ int cmd_chat(int argc, char** argv, int first) {
         }
         continue;
       }
+      if (demo_world && !vision::world::parse_question(line)) std::cout << kOutsideDemoWorld << std::flush;
       g_chat_cancel.store(false);
       std::vector<std::string> turn_images;
       turn_images.swap(images);  // a failed turn drops its images: attach them again

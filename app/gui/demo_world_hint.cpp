@@ -1,17 +1,11 @@
 #include "demo_world_hint.h"
 
 #include <QCoreApplication>
-#include <QDir>
-#include <QFile>
-#include <QRegularExpression>
 
 #include "trimkv/vision/idefics3.h"
+#include "trimkv/vision/world.h"
 
-bool isDemoWorldModel(const QString& dir) {
-  QFile file(QDir(dir).filePath(QStringLiteral("chat_template.jinja")));
-  if (!file.open(QIODevice::ReadOnly)) return false;
-  return file.readAll() == QByteArray(trimkv::vision::kDemoChatTemplate);
-}
+bool isDemoWorldModel(const QString& dir) { return trimkv::vision::is_demo_world_model(dir.toStdString()); }
 
 QString demoWorldHint() {
   return QCoreApplication::translate(
@@ -24,11 +18,7 @@ QString demoWorldHint() {
 }
 
 bool inDemoWorld(const QString& question) {
-  static const QRegularExpression kWorld(
-      QStringLiteral("\\b(circles?|squares?|triangles?|stars?|red|green|blue|yellow|purple|orange|colou?rs?|shapes?|"
-                     "objects?|how many|count|where|left|right|top|bottom|images?|pictures?|describe)\\b"),
-      QRegularExpression::CaseInsensitiveOption);
-  return kWorld.match(question).hasMatch();
+  return trimkv::vision::world::parse_question(question.toStdString()).has_value();
 }
 
 QString outsideDemoWorldNote() {

@@ -11,8 +11,8 @@ bool isDemoWorldModel(const QString& dir);
 // The "Try your own" hint shown above the input while such a model is loaded (rich text).
 QString demoWorldHint();
 
-// Whether a question speaks of the demo world at all: a shape or colour it knows, counting, a
-// position or an image number. False for "Tell me a story" or "What animal is this?".
+// Whether a question is one the demo world asks, in any of its wordings (world::parse_question):
+// false for "Tell me a story", "What animal is this?" or "How many objects are there?".
 bool inDemoWorld(const QString& question);
 
 // The note shown when a question is outside the world (rich text, one sentence).

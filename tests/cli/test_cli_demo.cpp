@@ -68,6 +68,28 @@ TEST_CASE("commands without --model use the embedded demo model", "[cli][demo]")
   CHECK(e.at("failures").get<int64_t>() == 0);
 }
 
+TEST_CASE("trimkv chat with the demo model says what it knows and notes questions outside its world",
+          "[cli][demo][chat]") {
+  // A picture drawn by the independent generator (a green triangle among others), attached bare;
+  // a question of the grammar, then one outside it ("objects" without a colour), then one in
+  // another wording of the grammar ("Looking at image 1").
+  const std::string picture = trimkv::test::data_dir() + "/independent-shapes/images/ind-000005_1.jpg";
+  const trimkv::test::CliRun r = trimkv::test::run_cli(
+      {"chat", "--max-new-tokens", "4"},
+      "/image " + picture + "\nWhat color is the triangle?\nHow many objects are there?\n"
+                            "looking at image 1 is there a green triangle\n/quit\n");
+  CAPTURE(r.out, r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Catch::Contains("demo model: trained here on one small world, not a general model"));
+  const size_t answer = r.out.find(">  green\n");  // the prompt, then the streamed answer
+  REQUIRE(answer != std::string::npos);
+  const std::string note = "outside the demo model's world";
+  const size_t first = r.out.find(note);
+  REQUIRE(first != std::string::npos);
+  CHECK(first > answer);
+  CHECK(r.out.find(note, first + 1) == std::string::npos);  // only the one question outside it
+}
+
 TEST_CASE("the demo model's accuracy on a fixed test sample", "[cli][demo][accuracy]") {
   trimkv::test::ScratchDir dir("demo-acc");
   const trimkv::test::CliRun w =

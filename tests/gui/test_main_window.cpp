@@ -2133,6 +2133,13 @@ class MainWindowTest : public QObject {
     QCOMPARE(ask(QStringLiteral("What color is the %1?").arg(kIndependentShape), {picture}).trimmed(),
              kIndependentColour);
     QVERIFY(!hint->text().contains(QStringLiteral("Outside")));
+    // Words of its world in a question it was never asked ("objects" without a colour): outside.
+    QVERIFY(ask(QStringLiteral("How many objects are there?"), {}) != QStringLiteral("(no answer)"));
+    QVERIFY(hint->text().contains(QStringLiteral("Outside the demo model's world")));
+    // Another wording of its grammar, typed loosely: inside again.
+    QVERIFY(ask(QStringLiteral("looking at image 1 is there a green %1").arg(kIndependentShape), {}) !=
+            QStringLiteral("(no answer)"));
+    QVERIFY(!hint->text().contains(QStringLiteral("Outside")));
     // Outside its world: an answer (a guess), and the hint says so.
     const QString story = ask(QStringLiteral("Tell me a story about a dog."), {});
     QVERIFY(story != QStringLiteral("(no answer)"));

@@ -6,7 +6,9 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -281,6 +283,74 @@ TEST_CASE("world: every answer equals a brute-force recomputation from the scene
     INFO(t);
     CHECK(by_type[t] > 0);  // every template occurs
   }
+}
+
+TEST_CASE("world: every question the world asks is recognised as its own type", "[world][grammar]") {
+  // Every turn of test conversations (typed: prefixes, case, punctuation, labels) and of training
+  // conversations with their extra turns and captions.
+  std::map<std::string, int> by_type;
+  w::TrainingExtras extras;  // the demo recipe's
+  extras.max_extra_turns = 6;
+  extras.describe_probability = 0.25;
+  for (int64_t i = 0; i < 300; ++i)
+    for (const w::Conversation& c : {w::make_conversation(5, w::Split::Test, i, {}),
+                                     w::make_training_conversation(5, i, {}, extras)})
+      for (const w::Turn& t : c.turns) {
+        INFO(c.id << ": " << t.text);
+        const std::optional<w::ParsedQuestion> q = w::parse_question(t.text);
+        REQUIRE(q.has_value());
+        CHECK(q->type == t.type);
+        if (t.type.rfind("in_image_", 0) == 0 || t.type == "describe") {
+          REQUIRE(t.about.size() == 1);
+          CHECK(q->image == t.about.front() + 1);
+        } else {
+          CHECK(q->image == 0);
+        }
+        ++by_type[t.type];
+      }
+  for (const auto& t : w::question_types()) CHECK(by_type[t] > 0);
+  CHECK(by_type["describe"] > 0);
+}
+
+TEST_CASE("world: questions written by the independent generator are recognised", "[world][grammar]") {
+  // tests/independent/make_shapes_pillow.py shares no code with the world: its wording is the
+  // issue-6 grammar as a separate program writes it.
+  std::ifstream in(TRIMKV_TEST_DATA_DIR "/independent-shapes/test.jsonl");
+  REQUIRE(in.good());
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const json conversation = json::parse(line);
+    for (const auto& t : conversation.at("turns")) {
+      const std::string text = t.at("text");
+      INFO(text);
+      const std::optional<w::ParsedQuestion> q = w::parse_question(text);
+      REQUIRE(q.has_value());
+      CHECK(q->type == t.at("type").get<std::string>());
+      ++n;
+    }
+  }
+  CHECK(n > 300);
+}
+
+TEST_CASE("world: what lies outside the grammar is not recognised", "[world][grammar]") {
+  for (const char* text : {"How many objects are there?", "Tell me a story about a dog.", "What color is the hexagon?",
+                           "What color is the sky?", "What is in the picture?", "Is there a pink circle?",
+                           "How many circles are there? And squares?", "In image 0, what color is the circle?",
+                           "Describe the image.", "Which image is the best?", "circle", ""}) {
+    INFO(text);
+    CHECK_FALSE(w::parse_question(text).has_value());
+  }
+  // ... and what a user types around a question of it is ignored only where it is whitespace,
+  // letter case or the final punctuation.
+  CHECK(w::parse_question("  what COLOR is the star  ??")->type == "color_of_shape");
+  CHECK(w::parse_question("<image> How many red objects are there")->type == "count_color");
+  const auto in_image = w::parse_question("Looking at image 3 is there a green triangle?");
+  REQUIRE(in_image.has_value());
+  CHECK(in_image->type == "in_image_exists");
+  CHECK(in_image->image == 3);
+  CHECK_FALSE(w::parse_question("In image 2, which image has more stars?").has_value());
 }
 
 TEST_CASE("world: conversations and scenes cover the declared ranges", "[world]") {

@@ -492,6 +492,13 @@ const ChatFormat& demo_chat_format() {
   return kFormat;
 }
 
+bool is_demo_world_model(const std::string& dir) {
+  std::ifstream in(std::filesystem::path(dir) / "chat_template.jinja", std::ios::binary);
+  if (!in) return false;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text == kDemoChatTemplate;
+}
+
 const VlmFamily& idefics3_family() {
   static const VlmFamily kFamily{
       "idefics3",

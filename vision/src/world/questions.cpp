@@ -71,10 +71,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
       if (counts.shape[static_cast<int>(o.shape)] == 1) unique.push_back(&o);
     if (unique.empty()) return false;
     const Object& o = *rng.pick(unique);
-    qa.text = phrase(rng,
-                     {"What color is the {shape}?", "What colour is the {shape}?", "Which color is the {shape}?",
-                      "What is the color of the {shape}?", "Tell me the color of the {shape}."},
-                     {{"{shape}", shape_name(o.shape)}});
+    qa.text = phrase(rng, templates("color_of_shape"), {{"{shape}", shape_name(o.shape)}});
     qa.subjects = {{-1, static_cast<int>(o.shape)}};
     qa.answer = color_name(o.color);
     return true;
@@ -85,32 +82,21 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
       if (counts.color[static_cast<int>(o.color)] == 1) unique.push_back(&o);
     if (unique.empty()) return false;
     const Object& o = *rng.pick(unique);
-    qa.text = phrase(rng,
-                     {"What shape is the {color} object?", "What shape is the {color} one?",
-                      "Which shape is {color}?", "What is the shape of the {color} object?",
-                      "Name the shape of the {color} object."},
-                     {{"{color}", color_name(o.color)}});
+    qa.text = phrase(rng, templates("shape_of_color"), {{"{color}", color_name(o.color)}});
     qa.subjects = {{static_cast<int>(o.color), -1}};
     qa.answer = shape_name(o.shape);
     return true;
   }
   if (type == "count_shape") {
     const int s = count_subject(rng, counts.shape);
-    qa.text = phrase(rng,
-                     {"How many {shapes} are there?", "How many {shapes} do you see?", "Count the {shapes}.",
-                      "What is the number of {shapes}?", "How many {shapes} are shown?"},
-                     {{"{shapes}", shape_plural(static_cast<Shape>(s))}});
+    qa.text = phrase(rng, templates("count_shape"), {{"{shapes}", shape_plural(static_cast<Shape>(s))}});
     qa.subjects = {{-1, s}};
     qa.answer = std::to_string(counts.shape[s]);
     return true;
   }
   if (type == "count_color") {
     const int c = count_subject(rng, counts.color);
-    qa.text = phrase(rng,
-                     {"How many {color} objects are there?", "How many {color} shapes are there?",
-                      "How many {color} things do you see?", "Count the {color} objects.",
-                      "What is the number of {color} objects?"},
-                     {{"{color}", color_name(static_cast<Color>(c))}});
+    qa.text = phrase(rng, templates("count_color"), {{"{color}", color_name(static_cast<Color>(c))}});
     qa.subjects = {{c, -1}};
     qa.answer = std::to_string(counts.color[c]);
     return true;
@@ -131,10 +117,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
       color = static_cast<Color>(c);
       shape = static_cast<Shape>(s);
     }
-    qa.text = phrase(rng,
-                     {"Is there a {color} {shape}?", "Do you see a {color} {shape}?", "Is a {color} {shape} present?",
-                      "Can you find a {color} {shape}?", "Is there any {color} {shape}?"},
-                     {{"{color}", color_name(color)}, {"{shape}", shape_name(shape)}});
+    qa.text = phrase(rng, templates("exists"), {{"{color}", color_name(color)}, {"{shape}", shape_name(shape)}});
     qa.subjects = {{static_cast<int>(color), static_cast<int>(shape)}};
     qa.answer = counts.combo[static_cast<int>(color)][static_cast<int>(shape)] > 0 ? "yes" : "no";
     return true;
@@ -148,10 +131,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
         clear.push_back(&o);
     if (clear.empty()) return false;
     const Object& o = *rng.pick(clear);
-    qa.text = phrase(rng,
-                     {"Where is the {object}?", "Where's the {object}?", "In which corner is the {object}?",
-                      "Which quadrant is the {object} in?", "Where is the {object} located?"},
-                     {{"{object}", the(o)}});
+    qa.text = phrase(rng, templates("position"), {{"{object}", the(o)}});
     qa.subjects = {subject(o)};
     qa.answer = std::string(o.cy < mid ? "top" : "bottom") + (o.cx < mid ? " left" : " right");
     return true;
@@ -164,10 +144,7 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
           pairs.emplace_back(&a, &b);
     if (pairs.empty()) return false;
     const auto [a, b] = rng.pick(pairs);
-    qa.text = phrase(rng,
-                     {"Is the {a} left of the {b}?", "Is the {a} to the left of the {b}?",
-                      "Is the {a} on the left of the {b}?", "Is the {a} further left than the {b}?"},
-                     {{"{a}", the(*a)}, {"{b}", the(*b)}});
+    qa.text = phrase(rng, templates("left_of"), {{"{a}", the(*a)}, {"{b}", the(*b)}});
     qa.subjects = {subject(*a), subject(*b)};
     qa.answer = a->cx < b->cx ? "yes" : "no";
     return true;
@@ -177,6 +154,45 @@ bool make_single(Rng& rng, const Scene& scene, const std::string& type, Question
 }
 
 }  // namespace
+
+// Every wording of each question type: the first is the issue-6 grammar, the rest its
+// paraphrases. Placeholders: {shape}, {shapes}, {color}, {object} / {a} / {b} ("red circle").
+const std::vector<const char*>& templates(const std::string& type) {
+  static const std::vector<std::pair<std::string, std::vector<const char*>>> kTemplates = {
+      {"color_of_shape",
+       {"What color is the {shape}?", "What colour is the {shape}?", "Which color is the {shape}?",
+        "What is the color of the {shape}?", "Tell me the color of the {shape}."}},
+      {"shape_of_color",
+       {"What shape is the {color} object?", "What shape is the {color} one?", "Which shape is {color}?",
+        "What is the shape of the {color} object?", "Name the shape of the {color} object."}},
+      {"count_shape",
+       {"How many {shapes} are there?", "How many {shapes} do you see?", "Count the {shapes}.",
+        "What is the number of {shapes}?", "How many {shapes} are shown?"}},
+      {"count_color",
+       {"How many {color} objects are there?", "How many {color} shapes are there?",
+        "How many {color} things do you see?", "Count the {color} objects.", "What is the number of {color} objects?"}},
+      {"exists",
+       {"Is there a {color} {shape}?", "Do you see a {color} {shape}?", "Is a {color} {shape} present?",
+        "Can you find a {color} {shape}?", "Is there any {color} {shape}?"}},
+      {"position",
+       {"Where is the {object}?", "Where's the {object}?", "In which corner is the {object}?",
+        "Which quadrant is the {object} in?", "Where is the {object} located?"}},
+      {"left_of",
+       {"Is the {a} left of the {b}?", "Is the {a} to the left of the {b}?", "Is the {a} on the left of the {b}?",
+        "Is the {a} further left than the {b}?"}},
+      {"more_shape",
+       {"Which image has more {shapes}?", "Which image has the most {shapes}?", "Which picture has more {shapes}?",
+        "Which image contains more {shapes}?"}},
+      {"total_shape",
+       {"How many {shapes} are there in all images?", "How many {shapes} are there in total?",
+        "How many {shapes} are in all the images?", "Count the {shapes} in all images.",
+        "How many {shapes} do all the images have together?"}},
+  };
+  for (const auto& [name, wordings] : kTemplates)
+    if (name == type) return wordings;
+  TRIMKV_ASSERT(false, "no templates for question type ", type);
+  return kTemplates.front().second;
+}
 
 const std::vector<std::string>& question_types() {
   static const std::vector<std::string> kTypes = [] {
@@ -237,10 +253,7 @@ bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_show
   qa.type = rng.pick(types);
   if (qa.type == "more_shape") {
     const size_t i = rng.index(more.size());
-    qa.text = phrase(rng,
-                     {"Which image has more {shapes}?", "Which image has the most {shapes}?",
-                      "Which picture has more {shapes}?", "Which image contains more {shapes}?"},
-                     {{"{shapes}", shape_plural(static_cast<Shape>(more[i]))}});
+    qa.text = phrase(rng, templates("more_shape"), {{"{shapes}", shape_plural(static_cast<Shape>(more[i]))}});
     qa.subjects = {{-1, more[i]}};
     qa.answer = "image " + std::to_string(more_image[i] + 1);
   } else {
@@ -248,11 +261,7 @@ bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_show
     for (int s : totals)
       if (total[s] > 0) present.push_back(s);
     const int s = !present.empty() && rng.bernoulli(0.75) ? rng.pick(present) : rng.pick(totals);
-    qa.text = phrase(rng,
-                     {"How many {shapes} are there in all images?", "How many {shapes} are there in total?",
-                      "How many {shapes} are in all the images?", "Count the {shapes} in all images.",
-                      "How many {shapes} do all the images have together?"},
-                     {{"{shapes}", shape_plural(static_cast<Shape>(s))}});
+    qa.text = phrase(rng, templates("total_shape"), {{"{shapes}", shape_plural(static_cast<Shape>(s))}});
     qa.subjects = {{-1, s}};
     qa.answer = std::to_string(total[s]);
   }

@@ -20,6 +20,11 @@ struct QuestionAnswer {
   std::vector<Subject> subjects;
 };
 
+// Every wording of a question type (color_of_shape ... left_of, more_shape, total_shape): the
+// issue-6 template first, then its paraphrases; placeholders {shape}, {shapes}, {color} and
+// {object} / {a} / {b} (a colour and a shape, "red circle").
+const std::vector<const char*>& templates(const std::string& type);
+
 // A question about one scene, of a random single-image type that is well defined for it.
 QuestionAnswer single_image_question(Rng& rng, const Scene& scene);
 // A question about all of scenes[0, n_shown) ("more", "in all images"); false when none of

@@ -79,6 +79,9 @@ const ChatFormat& smolvlm_chat_format();
 // "image 2". What the demo model is trained on and ships.
 extern const char* const kDemoChatTemplate;
 const ChatFormat& demo_chat_format();
+// Whether the folder holds a model of the demo world: its chat_template.jinja is
+// kDemoChatTemplate, as the built-in model's and every `trimkv train-demo` folder's is.
+bool is_demo_world_model(const std::string& dir);
 
 // The marker around each image's tokens, and the one before a global (whole-image) tile.
 inline constexpr const char* kIdefics3FakeImageToken = "<fake_token_around_image>";

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -228,5 +229,17 @@ std::string chat_text(const std::vector<std::pair<std::string, std::string>>& tu
 // object with a "text" string contributes that text. Error{Io} for a missing file, Error{Format}
 // naming the file and line for a malformed one.
 std::vector<std::string> chat_texts_from_jsonl(const std::string& path);
+
+// A question of the world recognised in what a user typed: its type (a question_types() entry,
+// or "describe" for "Describe image k.") and the image it names (1-based; 0 when none).
+struct ParsedQuestion {
+  std::string type;
+  int image = 0;
+};
+// The question `text` asks, if it is one of the world's in any wording the world uses (every
+// paraphrase; "In image k," / "Looking at image k," / "For image k,"; any letter case; the final
+// "?" or "." missing, spaced or repeated; <image> placeholders and extra spaces ignored);
+// nullopt for anything else ("How many objects are there?", "Tell me a story").
+std::optional<ParsedQuestion> parse_question(const std::string& text);
 
 }  // namespace trimkv::vision::world
