@@ -129,16 +129,32 @@ void draw_supersampled(const Object& o, bool antialias, cv::Mat& img) {
   const int y0 = std::max(0, static_cast<int>(std::floor(o.cy - o.radius - 1)));
   const int y1 = std::min(size - 1, static_cast<int>(std::ceil(o.cy + o.radius + 1)));
   const auto outer_poly = object_polygon(o), inner_poly = object_polygon(inner);
+  // A polygon's edge crossings of each sample row, computed once per row (shape_covers' rule);
+  // a circle is tested per sample.
+  std::vector<std::vector<double>> outer_x(static_cast<size_t>(n)), inner_x(static_cast<size_t>(n));
+  auto covers = [](const Object& obj, const std::vector<std::array<double, 2>>& poly,
+                   const std::vector<double>& crossings, double px, double py) {
+    if (poly.empty()) return shape_covers(obj, poly, px, py);
+    bool inside = false;
+    for (double c : crossings) inside ^= px < c;
+    return inside;
+  };
   for (int y = y0; y <= y1; ++y) {
     uint8_t* row = img.ptr<uint8_t>(y);
+    for (int sy = 0; sy < n; ++sy) {
+      const double py = y - 0.5 + (sy + 0.5) / n;
+      outer_x[static_cast<size_t>(sy)].clear(), inner_x[static_cast<size_t>(sy)].clear();
+      for_each_crossing(outer_poly, py, [&](double c) { outer_x[static_cast<size_t>(sy)].push_back(c); });
+      for_each_crossing(inner_poly, py, [&](double c) { inner_x[static_cast<size_t>(sy)].push_back(c); });
+    }
     for (int x = x0; x <= x1; ++x) {
       int hit_outer = 0, hit_inner = 0;
       for (int sy = 0; sy < n; ++sy)
         for (int sx = 0; sx < n; ++sx) {
           const double px = x - 0.5 + (sx + 0.5) / n, py = y - 0.5 + (sy + 0.5) / n;
-          if (!shape_covers(o, outer_poly, px, py)) continue;
+          if (!covers(o, outer_poly, outer_x[static_cast<size_t>(sy)], px, py)) continue;
           ++hit_outer;
-          if (o.outline == 0 || shape_covers(inner, inner_poly, px, py)) ++hit_inner;
+          if (o.outline == 0 || covers(inner, inner_poly, inner_x[static_cast<size_t>(sy)], px, py)) ++hit_inner;
         }
       if (hit_outer == 0) continue;
       const int total = n * n, edge = hit_outer - hit_inner, rest = total - hit_outer;

@@ -168,10 +168,7 @@ bool object_covers(const Object& o, double x, double y) { return shape_covers(o,
 bool shape_covers(const Object& o, const std::vector<std::array<double, 2>>& poly, double x, double y) {
   if (poly.empty()) return (x - o.cx) * (x - o.cx) + (y - o.cy) * (y - o.cy) <= o.radius * o.radius;
   bool inside = false;
-  for (size_t i = 0, j = poly.size() - 1; i < poly.size(); j = i++) {
-    const double xi = poly[i][0], yi = poly[i][1], xj = poly[j][0], yj = poly[j][1];
-    if ((yi > y) != (yj > y) && x < (xj - xi) * (y - yi) / (yj - yi) + xi) inside = !inside;
-  }
+  for_each_crossing(poly, y, [&](double crossing) { inside ^= x < crossing; });
   return inside;
 }
 

@@ -1,5 +1,6 @@
 // Pieces of the world generator shared by its source files (not public API).
 #pragma once
+#include <array>
 #include <string>
 #include <vector>
 
@@ -30,5 +31,16 @@ QuestionAnswer single_image_question(Rng& rng, const Scene& scene);
 // A question about all of scenes[0, n_shown) ("more", "in all images"); false when none of
 // those types is well defined (e.g. no unique maximum and every total above 9).
 bool multi_image_question(Rng& rng, const std::vector<Scene>& scenes, int n_shown, QuestionAnswer& out);
+
+// The x where each edge of `polygon` crosses the horizontal line at y, in edge order (the even-odd
+// rule of shape_covers: (x, y) is inside when an odd number of them lie to the right of x).
+// A rasteriser computes them once per sample row instead of once per sample.
+template <class F>
+void for_each_crossing(const std::vector<std::array<double, 2>>& polygon, double y, F&& f) {
+  for (size_t i = 0, j = polygon.size() - 1; i < polygon.size(); j = i++) {
+    const double xi = polygon[i][0], yi = polygon[i][1], xj = polygon[j][0], yj = polygon[j][1];
+    if ((yi > y) != (yj > y)) f((xj - xi) * (y - yi) / (yj - yi) + xi);
+  }
+}
 
 }  // namespace trimkv::vision::world
