@@ -141,15 +141,20 @@ RgbImage vertical(const RgbImage& in, int out_h, const Coeffs& c, int bound_shif
   out.height = out_h;
   out.data.resize(static_cast<size_t>(in.width) * out_h * 3);
   const size_t stride = static_cast<size_t>(in.width) * 3;
+  // A whole output row's sums at once, tap by tap: each sum adds the same terms in the same order
+  // as Pillow's per-pixel loop (integers: the same bits), but the inner loop runs along the row.
+  std::vector<int32_t> sums(stride);
   for (int yy = 0; yy < out_h; ++yy) {
     const int ymin = c.bounds[yy * 2] - bound_shift, ymax = c.bounds[yy * 2 + 1];
     const int32_t* k = &c.k[static_cast<size_t>(yy) * c.ksize];
-    uint8_t* orow = &out.data[yy * stride];
-    for (size_t xc = 0; xc < stride; ++xc) {
-      int32_t s = 1 << (kPrecisionBits - 1);
-      for (int y = 0; y < ymax; ++y) s += in.data[(y + ymin) * stride + xc] * k[y];
-      orow[xc] = clip8(s);
+    std::fill(sums.begin(), sums.end(), 1 << (kPrecisionBits - 1));
+    for (int y = 0; y < ymax; ++y) {
+      const uint8_t* row = &in.data[static_cast<size_t>(y + ymin) * stride];
+      const int32_t w = k[y];
+      for (size_t xc = 0; xc < stride; ++xc) sums[xc] += row[xc] * w;
     }
+    uint8_t* orow = &out.data[yy * stride];
+    for (size_t xc = 0; xc < stride; ++xc) orow[xc] = clip8(sums[xc]);
   }
   return out;
 }
