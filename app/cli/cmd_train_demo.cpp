@@ -50,6 +50,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
                  vision::world::kMaxObjectsLimit),
       ranged_int("short-batch", "N", "conversations per step in the chat-short stage", 1, 4096),
       ranged_int("short-ramp", "N", "chat-short steps over which objects per image grow from 1 to the maximum", 0, 10000000),
+      ranged_int("shards", "N", "split each step's batch into N parts, one compute thread each, their gradients summed (default " + std::to_string(d.shards) + "; the weights depend on it, not on --threads)", 1, 64),
       threads_option("CPU threads (default: all cores)"),
       {"help", "", "show this help"},
   };
@@ -87,6 +88,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
   o.chat_short.batch = args.get_int("short-batch", static_cast<int>(d.chat_short.batch));
   o.chat_short.objects_ramp = args.get_int("short-ramp", static_cast<int>(d.chat_short.objects_ramp));
+  o.shards = args.get_int("shards", d.shards);
   o.threads = threads_arg(args);
   const bool tty = isatty(fileno(stderr));
 

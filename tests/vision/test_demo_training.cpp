@@ -17,6 +17,7 @@
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/session.h"
+#include "trimkv/core/shard_gradients.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/vision/demo_training.h"
 #include "trimkv/vision/vlm.h"
@@ -203,6 +204,108 @@ TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {
   o = tiny(dir.file("m"));
   o.size.text_heads = 3;
   CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("inconsistent"));
+  o = tiny(dir.file("m"));
+  o.shards = 0;
+  CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("--shards"));
+}
+
+TEST_CASE("demo data parallelism: the parts' shares add up to the batch's losses and gradients", "[demo][training]") {
+  const std::string src = default_model_dir();
+  demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4, true);  // with the image probe
+  const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), true);
+  demo::DemoBatch batch;
+  demo::DemoData::Images images;
+  world::TrainingExtras extras;
+  extras.max_extra_turns = 4;
+  for (int64_t i = 0; i < 5; ++i)
+    batch.seqs.push_back(data.layout(world::make_training_conversation(6, i, world::WorldOptions{}, extras), images));
+  demo::DemoData::finish(images, batch);
+
+  // Every conversation in one part, with its own images; the parts' costs balanced (greedy: the
+  // heavier part exceeds the lighter by at most one conversation's cost).
+  const std::vector<demo::DemoBatch> parts = data.split(batch, 2);
+  REQUIRE(parts.size() == 2);
+  size_t seen = 0;
+  double costliest = 0;
+  std::vector<double> load;
+  for (const auto& part : parts) {
+    load.push_back(0);
+    for (const auto& s : part.seqs) {
+      const auto it = std::find_if(batch.seqs.begin(), batch.seqs.end(), [&](const auto& b) { return b.ids == s.ids; });
+      REQUIRE(it != batch.seqs.end());
+      ++seen;
+      load.back() += data.sequence_cost(s);
+      costliest = std::max(costliest, data.sequence_cost(s));
+      CHECK(test::max_abs_diff(part.pixels.narrow(0, s.first_image, s.n_images),
+                               batch.pixels.narrow(0, it->first_image, it->n_images)) == 0.0);
+    }
+  }
+  CHECK(seen == batch.seqs.size());
+  CHECK(std::max(load[0], load[1]) - std::min(load[0], load[1]) <= costliest);
+  CHECK(data.split(batch, 9).size() == batch.seqs.size());  // no empty parts
+  // More tokens or images cost more.
+  demo::DemoSequence longer = batch.seqs[0];
+  longer.ids.push_back(1);
+  CHECK(data.sequence_cost(longer) > data.sequence_cost(batch.seqs[0]));
+  ++longer.n_images;
+  CHECK(data.sequence_cost(longer) > data.sequence_cost(batch.seqs[0]) + 1e6);
+
+  std::vector<NamedParameter> params = model.text_params;
+  params.insert(params.end(), model.vision_params.begin(), model.vision_params.end());
+  auto objective = [](const demo::BatchLoss& l) { return l.answer + 0.5 * (l.aux + l.found) + 4.0 * l.attn + l.image; };
+  const demo::BatchLoss whole = demo::batch_loss(model, batch, true, false);
+  objective(whole).backward();
+  std::vector<at::Tensor> expected;
+  for (auto& p : params) {
+    expected.push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::Tensor());
+    p.tensor.mutable_grad() = at::Tensor();
+  }
+  const demo::LossCounts counts = demo::loss_counts(model, batch, true);
+  for (bool parallel : {true, false}) {
+    std::vector<demo::BatchLoss> shares(parts.size());
+    shard_gradients(params, static_cast<int>(parts.size()), parallel, [&](int k) {
+      shares[static_cast<size_t>(k)] = demo::batch_loss(model, parts[static_cast<size_t>(k)], true, false, &counts);
+      return objective(shares[static_cast<size_t>(k)]);
+    });
+    const demo::BatchLoss sum = demo::add_parts(shares);
+    for (const auto& [name, a, b] : std::vector<std::tuple<const char*, at::Tensor, at::Tensor>>{
+             {"answer", sum.answer, whole.answer}, {"aux", sum.aux, whole.aux}, {"attn", sum.attn, whole.attn},
+             {"found", sum.found, whole.found}, {"image", sum.image, whole.image}}) {
+      INFO(name);
+      CHECK(std::abs(a.item<double>() - b.item<double>()) < 1e-5 * (1 + std::abs(b.item<double>())));
+    }
+    CHECK(whole.found.item<double>() > 0);
+    CHECK(sum.n_turns == whole.n_turns);
+    CHECK(sum.n_correct == whole.n_correct);
+    CHECK(sum.n_found == whole.n_found);
+    CHECK(sum.n_image == whole.n_image);
+    CHECK(sum.n_object_cells == whole.n_object_cells);
+    for (size_t h = 0; h < whole.attn_hops.size(); ++h) CHECK(sum.attn_hops[h] == Approx(whole.attn_hops[h]).epsilon(1e-4));
+    for (size_t g = 0; g < whole.lookups.size(); ++g) CHECK(sum.lookups[g] == Approx(whole.lookups[g]).epsilon(1e-4));
+    for (size_t i = 0; i < params.size(); ++i) {
+      INFO(params[i].name << " parallel " << parallel);
+      const at::Tensor got = params[i].tensor.grad();
+      REQUIRE(got.defined() == expected[i].defined());
+      if (got.defined())
+        CHECK(test::max_abs_diff(got, expected[i]) < 1e-5 * (1.0 + expected[i].abs().max().item<double>()));
+      params[i].tensor.mutable_grad() = at::Tensor();
+    }
+  }
+}
+
+TEST_CASE("train-demo in parts: the same weights on one thread or two", "[demo][training]") {
+  test::ScratchDir dir("demo-shards");
+  std::vector<std::string> bytes;
+  for (int threads : {1, 2}) {
+    DemoTrainOptions o = tiny(dir.file("t" + std::to_string(threads)));
+    o.shards = 2;
+    o.threads = threads;
+    o.skip_gates = true;
+    REQUIRE_FALSE(train_demo(o, {}, {}).interrupted);
+    bytes.push_back(file_bytes(o.out_dir + "/model.safetensors"));
+  }
+  CHECK(bytes[0] == bytes[1]);
 }
 
 TEST_CASE("world turns name their subjects: the objects a question is about, recomputed", "[demo][world]") {

@@ -92,6 +92,68 @@ void DemoData::finish(Images& images, DemoBatch& batch) {
   batch.patch_targets = at::cat(images.patch_targets, 0);
 }
 
+double DemoData::sequence_cost(const DemoSequence& seq) const {
+  const DemoModelSize& z = m_size;
+  const double h = z.text_hidden, kv = h * z.text_kv_heads / z.text_heads, d = z.vision_hidden;
+  const double patches = static_cast<double>(z.image_size / z.patch_size) * (z.image_size / z.patch_size);
+  const double per_token = 3.0 * z.text_layers * (h * (2 * h + 2 * kv) + 3 * h * z.text_ffn);
+  const double per_pair = 3.0 * z.text_layers * h;  // n^2 / 2 pairs, scores and values
+  const double per_image = z.vision_layers * patches * (4 * d * d + 2 * d * z.vision_ffn + 2 * patches * d);
+  const double n = static_cast<double>(seq.ids.size());
+  return per_token * n + per_pair * n * n + per_image * static_cast<double>(seq.n_images);
+}
+
+std::vector<DemoBatch> DemoData::split(const DemoBatch& batch, int n) const {
+  TRIMKV_CHECK(n >= 1, Input, "a batch must be split into 1 or more parts, got ", n);
+  std::vector<DemoBatch> parts;
+  if (batch.seqs.empty()) {  // images only: n even runs
+    const int64_t images = batch.pixels.defined() ? batch.pixels.size(0) : 0;
+    const int64_t k = std::min<int64_t>(n, images);
+    for (int64_t p = 0, first = 0; p < k; ++p) {
+      const int64_t last = images * (p + 1) / k;
+      DemoBatch part;
+      part.pixels = batch.pixels.narrow(0, first, last - first);
+      part.aux_targets = batch.aux_targets.narrow(0, first, last - first);
+      part.patch_targets = batch.patch_targets.narrow(0, first, last - first);
+      parts.push_back(std::move(part));
+      first = last;
+    }
+    return parts;
+  }
+  const size_t k = std::min(static_cast<size_t>(n), batch.seqs.size());
+  std::vector<size_t> order(batch.seqs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::vector<double> cost;
+  for (const auto& s : batch.seqs) cost.push_back(sequence_cost(s));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
+  std::vector<std::vector<size_t>> members(k);
+  std::vector<double> load(k, 0.0);
+  for (size_t i : order) {
+    const size_t p = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    members[p].push_back(i);
+    load[p] += cost[i];
+  }
+  for (auto& m : members) {
+    std::sort(m.begin(), m.end());
+    DemoBatch part;
+    std::vector<int64_t> images;
+    for (size_t i : m) {
+      DemoSequence s = batch.seqs[i];
+      for (int64_t j = 0; j < s.n_images; ++j) images.push_back(s.first_image + j);
+      s.first_image = static_cast<int64_t>(images.size()) - s.n_images;
+      part.seqs.push_back(std::move(s));
+    }
+    if (!images.empty()) {
+      const at::Tensor index = at::tensor(images, at::kLong);
+      part.pixels = batch.pixels.index_select(0, index);
+      part.aux_targets = batch.aux_targets.index_select(0, index);
+      part.patch_targets = batch.patch_targets.index_select(0, index);
+    }
+    parts.push_back(std::move(part));
+  }
+  return parts;
+}
+
 int64_t DemoData::number_position(const DemoSequence& seq, int64_t from, int64_t to, int number) const {
   const int32_t id = number >= 0 && number < static_cast<int>(m_number_ids.size()) ? m_number_ids[number] : -1;
   for (int64_t p = to - 1; id >= 0 && p >= from; --p)

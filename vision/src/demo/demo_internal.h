@@ -178,6 +178,16 @@ class DemoData {
                              DemoSequence& seq) const;
   // The batch tensors of `images` (pixels, targets, patch targets) into `batch`.
   static void finish(Images& images, DemoBatch& batch);
+  // The batch in up to n parts for data parallelism (shard_gradients.h): whole conversations with
+  // their images, balanced by their cost (sequence_cost; the costliest first, each to the part
+  // with the least so far; a part keeps the batch's order), or, with no conversations (the vision
+  // stage), the images in n even runs. Fewer parts when there are fewer conversations or images
+  // than n.
+  std::vector<DemoBatch> split(const DemoBatch& batch, int n) const;
+  // A chat step's multiply-adds for one conversation, roughly: the decoder's forward and backward
+  // over its tokens (linear in them, plus causal attention over their pairs) and the frozen
+  // tower's forward over its images.
+  double sequence_cost(const DemoSequence& seq) const;
   int64_t image_seq_len() const { return m_seq; }
 
  private:
@@ -226,8 +236,24 @@ at::Tensor attention_mass_rows(const at::Tensor& q, const at::Tensor& k, int64_t
 at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t head,
                                const std::vector<int64_t>& rows,
                                const std::vector<std::vector<int64_t>>& targets);
+// The denominators of a batch's mean losses, counted from its data before any forward: with
+// them, a part of the batch gives its share of each mean (its sum over the whole batch's count),
+// and the shares of all parts add up to the whole batch's loss (data parallelism).
+struct LossCounts {
+  int64_t cells = 0, patches = 0, turns = 0, image_rows = 0;
+  std::array<int64_t, kAttnHops> hop_terms{};      // (row, head) terms per hop kind
+  std::array<int64_t, kLookups> lookup_terms{};    // hop-2 terms per Lookup
+  std::array<int64_t, kFoundFields> found_targets{};  // lookup-probe rows with a target per field
+};
+LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want_answers);
 // Forward over a batch (tower once for all images, then each sequence through the decoder).
 // train_tower = false: the tower runs without gradients (the connector and probes still get them).
-BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower);
+// whole: the counts of the batch this one is a part of: every loss (and diagnostic) is then this
+// part's share (sum / whole count; 0 where the part has none); null: the batch's own means.
+BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower,
+                     const LossCounts* whole = nullptr);
+// The parts' BatchLoss added up: counters and shares summed (losses detached), diagnostics -1
+// where the first part has -1 (none in the whole batch).
+BatchLoss add_parts(const std::vector<BatchLoss>& parts);
 
 }  // namespace trimkv::vision::demo

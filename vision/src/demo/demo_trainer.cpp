@@ -15,6 +15,7 @@
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
+#include "trimkv/core/shard_gradients.h"
 #include "trimkv/core/weight_store.h"
 #include "trimkv/vision/gate_training_media.h"
 #include "trimkv/vision/vlm.h"
@@ -31,6 +32,17 @@ namespace {
 at::Tensor class_loss(const at::Tensor& logits, const at::Tensor& targets) {
   return at::nll_loss(at::log_softmax(logits.reshape({-1, logits.size(-1)}), -1), targets.reshape({-1}));
 }
+
+// The mean cross-entropy of a batch (whole == 0), or a part's share of the whole batch's: its sum
+// over the whole batch's count of targets (DemoSequence::kNoTarget rows ignored either way).
+at::Tensor class_loss_share(const at::Tensor& logits, const at::Tensor& targets, int64_t whole) {
+  if (whole == 0) return class_loss(logits, targets);
+  return at::nll_loss(at::log_softmax(logits.reshape({-1, logits.size(-1)}), -1), targets.reshape({-1}), {},
+                      at::Reduction::Sum, DemoSequence::kNoTarget) /
+         static_cast<double>(whole);
+}
+
+int64_t found_layer(int64_t n_layer) { return hop_layer(2, n_layer) + 1; }  // the lookup probe's input
 
 }  // namespace
 
@@ -81,8 +93,34 @@ at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t
   return attention_mass_rows(q, k, head, rows, targets, {}).sum();
 }
 
-BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower) {
+LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want_answers) {
+  LossCounts c;
+  if (!batch.pixels.defined()) return c;
+  c.cells = batch.aux_targets.size(0) * batch.aux_targets.size(1);
+  c.patches = batch.patch_targets.size(0) * batch.patch_targets.size(1);
+  if (!want_answers) return c;
+  const int64_t n_layer = model.tcfg.n_layer;
+  for (const DemoSequence& s : batch.seqs) {
+    c.turns += static_cast<int64_t>(s.turn_type.size());
+    for (int kind = 0; kind < kAttnHops; ++kind) {
+      const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
+      c.hop_terms[static_cast<size_t>(kind)] += 2 * static_cast<int64_t>(hop.rows.size());
+      for (int8_t g : hop.lookup) c.lookup_terms[static_cast<size_t>(g)] += 2;
+    }
+    if (found_layer(n_layer) < n_layer)
+      for (const auto& f : s.found)
+        for (int64_t k = 0; k < kFoundFields; ++k)
+          c.found_targets[static_cast<size_t>(k)] += f[static_cast<size_t>(k)] != DemoSequence::kNoTarget;
+    if (model.image_w.defined() && s.n_images > 0)
+      c.image_rows += static_cast<int64_t>(s.image_pos.size() + s.asked_rows.size());
+  }
+  return c;
+}
+
+BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower,
+                     const LossCounts* whole) {
   BatchLoss out;
+  const int64_t cells = whole ? whole->cells : 0, patches = whole ? whole->patches : 0;
   at::Tensor tower;  // [N, P, D]
   if (train_tower) {
     tower = model.vision->tower_batched(batch.pixels);
@@ -93,17 +131,18 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   const at::Tensor feats = model.vision->connector(tower);                                     // [N, seq, h]
   const at::Tensor probe = at::linear(feats, model.aux_w, model.aux_b);                        // [N, seq, K]
   const at::Tensor patch = at::linear(tower, model.patch_w, model.patch_b);                    // [N, P, 11]
-  out.aux = class_loss(probe.narrow(-1, 0, kAuxColors), batch.aux_targets.select(-1, 0)) +
-            class_loss(probe.narrow(-1, kAuxColors, kAuxShapes), batch.aux_targets.select(-1, 1)) +
-            class_loss(probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes), batch.aux_targets.select(-1, 2)) +
-            class_loss(patch.narrow(-1, 0, kAuxColors), batch.patch_targets.select(-1, 0)) +
-            class_loss(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1));
+  out.aux = class_loss_share(probe.narrow(-1, 0, kAuxColors), batch.aux_targets.select(-1, 0), cells) +
+            class_loss_share(probe.narrow(-1, kAuxColors, kAuxShapes), batch.aux_targets.select(-1, 1), cells) +
+            class_loss_share(probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes), batch.aux_targets.select(-1, 2),
+                             cells) +
+            class_loss_share(patch.narrow(-1, 0, kAuxColors), batch.patch_targets.select(-1, 0), patches) +
+            class_loss_share(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1), patches);
   {
     const int64_t n = feats.size(0), seq = feats.size(1), side = model.pos_w.size(0) / 2;
     const at::Tensor cell = at::arange(seq, at::kLong).unsqueeze(0).expand({n, seq});
     const at::Tensor where = at::linear(feats, model.pos_w, model.pos_b);  // [N, seq, 2 side]
-    out.aux = out.aux + class_loss(where.narrow(-1, 0, side), at::floor_divide(cell, side)) +
-              class_loss(where.narrow(-1, side, side), at::remainder(cell, side));
+    out.aux = out.aux + class_loss_share(where.narrow(-1, 0, side), at::floor_divide(cell, side), cells) +
+              class_loss_share(where.narrow(-1, side, side), at::remainder(cell, side), cells);
   }
   {
     // Probe accuracy: cells holding an object centre with colour, shape and size all right;
@@ -137,7 +176,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
         model, feats, s, [&](int64_t layer, const at::Tensor& h, const at::Tensor& q, const at::Tensor& k) {
           // The lookup probe reads the input of the layer after the objects hop (none when that
           // hop is in the last layer).
-          if (layer == hop_layer(2, n_layer) + 1 && !s.found_rows.empty()) {
+          if (layer == found_layer(n_layer) && !s.found_rows.empty()) {
             found_logits.push_back(
                 at::linear(h.index_select(0, at::tensor(s.found_rows, at::kLong)), model.found_w, model.found_b));
             std::vector<int64_t> t;
@@ -198,7 +237,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
       else ++out.n_multi, out.c_multi += ok[k];
     }
   }
-  out.answer = at::stack(sums).sum() / static_cast<double>(std::max<int64_t>(1, n_turns));
+  out.answer = at::stack(sums).sum() / static_cast<double>(std::max<int64_t>(1, whole ? whole->turns : n_turns));
   out.found = at::zeros({});
   if (!found_logits.empty()) {
     const at::Tensor fl = at::cat(found_logits, 0), ft = at::cat(found_targets, 0);
@@ -210,7 +249,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
       const at::Tensor has = t != DemoSequence::kNoTarget;
       offset += classes;
       if (!has.any().item<bool>()) continue;  // nll_loss of only ignored rows is NaN
-      out.found = out.found + class_loss(logits, t);
+      out.found = out.found + class_loss_share(logits, t, whole ? whole->found_targets[static_cast<size_t>(c)] : 0);
       right = right & (~has | (logits.detach().argmax(-1) == t));
     }
     out.n_found = fl.size(0);
@@ -218,21 +257,51 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   }
   if (!image_logits.empty()) {
     const at::Tensor il = at::cat(image_logits, 0), it = at::cat(image_targets, 0);
-    out.image = class_loss(il, it);
+    out.image = class_loss_share(il, it, whole ? whole->image_rows : 0);
     out.n_image = il.size(0);
     out.c_image = (il.detach().argmax(-1) == it).sum().item<int64_t>();
   }
   out.attn = at::zeros({});
   for (int kind = 0; kind < kAttnHops; ++kind) {
-    out.attn_hops[kind] = -1;
+    const int64_t terms = whole ? whole->hop_terms[static_cast<size_t>(kind)] : hop_n[kind];
+    out.attn_hops[kind] = terms > 0 ? 0.0 : -1.0;
     if (hop_n[kind] == 0) continue;
-    const at::Tensor mean = hop_sum[kind] / static_cast<double>(hop_n[kind]);
+    const at::Tensor mean = hop_sum[kind] / static_cast<double>(terms);
     out.attn = out.attn + mean;
     out.attn_hops[kind] = mean.item<double>();
   }
-  for (int g = 0; g < kLookups; ++g)
-    out.lookups[g] = lookup_n[g] > 0 ? lookup_sum[g] / static_cast<double>(lookup_n[g]) : -1.0;
+  for (int g = 0; g < kLookups; ++g) {
+    const int64_t terms = whole ? whole->lookup_terms[static_cast<size_t>(g)] : lookup_n[g];
+    out.lookups[g] = terms > 0 ? lookup_sum[g] / static_cast<double>(terms) : -1.0;
+  }
   return out;
+}
+
+BatchLoss add_parts(const std::vector<BatchLoss>& parts) {
+  BatchLoss t;
+  if (parts.empty()) return t;
+  auto add = [](at::Tensor& into, const at::Tensor& x) {
+    if (!x.defined()) return;
+    into = into.defined() ? into + x.detach() : x.detach();
+  };
+  t.attn_hops = parts.front().attn_hops;
+  t.lookups = parts.front().lookups;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const BatchLoss& p = parts[k];
+    add(t.answer, p.answer), add(t.aux, p.aux), add(t.attn, p.attn), add(t.found, p.found), add(t.image, p.image);
+    t.n_found += p.n_found, t.c_found += p.c_found, t.n_image += p.n_image, t.c_image += p.c_image;
+    t.n_turns += p.n_turns, t.n_correct += p.n_correct;
+    t.n_single += p.n_single, t.c_single += p.c_single, t.n_multi += p.n_multi, t.c_multi += p.c_multi;
+    t.n_object_cells += p.n_object_cells, t.c_object_cells += p.c_object_cells;
+    t.n_empty_cells += p.n_empty_cells, t.c_empty_cells += p.c_empty_cells;
+    for (size_t a = 0; a < 3; ++a) t.c_object_attrs[a] += p.c_object_attrs[a];
+    if (k == 0) continue;
+    for (size_t h = 0; h < t.attn_hops.size(); ++h)
+      if (t.attn_hops[h] >= 0) t.attn_hops[h] += p.attn_hops[h];
+    for (size_t g = 0; g < t.lookups.size(); ++g)
+      if (t.lookups[g] >= 0) t.lookups[g] += p.lookups[g];
+  }
+  return t;
 }
 
 }  // namespace demo
@@ -278,6 +347,7 @@ json options_json(const DemoTrainOptions& o) {
   if (!o.init_from.empty()) j["init_from"] = o.init_from;
   if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
   j["number_hops"] = o.number_hops;
+  if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   return j;
 }
 
@@ -297,6 +367,7 @@ void check_options(const DemoTrainOptions& o) {
                    o.warmup >= 0 && o.max_extra_turns >= 0,
                Input, "train-demo: counts must be non-negative (tokenizer conversations > 0)");
   TRIMKV_CHECK(o.threads >= 0, Input, "--threads must be >= 0, got ", o.threads);
+  TRIMKV_CHECK(o.shards >= 1 && o.shards <= 64, Input, "--shards must be in 1..64, got ", o.shards);
   TRIMKV_CHECK(o.size.image_size >= world::kMinImageSize && o.size.image_size <= world::kMaxImageSize, Input,
                "image size must be in ", world::kMinImageSize, "..", world::kMaxImageSize);
 }
@@ -419,12 +490,13 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   }
   auto validate = [&](DemoProgress& pr, bool answers) {
     if (val.seqs.empty()) return;
-    at::NoGradGuard no_grad;
-    BatchLoss total;
+    // Chunks of 16 conversations, each with one compute thread, on every thread at once.
     const size_t chunk = 16;
-    for (size_t a = 0; a < val.seqs.size(); a += chunk) {
+    std::vector<BatchLoss> chunks((val.seqs.size() + chunk - 1) / chunk);
+    run_parts(static_cast<int>(chunks.size()), threads, [&](int c) {
+      at::NoGradGuard no_grad;  // per thread
       DemoBatch b;
-      const size_t e = std::min(val.seqs.size(), a + chunk);
+      const size_t a = static_cast<size_t>(c) * chunk, e = std::min(val.seqs.size(), a + chunk);
       const int64_t first = val.seqs[a].first_image;
       const int64_t last = val.seqs[e - 1].first_image + val.seqs[e - 1].n_images;
       b.pixels = val.pixels.narrow(0, first, last - first);
@@ -435,16 +507,9 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         s.first_image -= first;
         b.seqs.push_back(std::move(s));
       }
-      const BatchLoss l = batch_loss(model, b, answers, false);
-      total.n_turns += l.n_turns, total.n_correct += l.n_correct;
-      total.n_single += l.n_single, total.c_single += l.c_single;
-      total.n_multi += l.n_multi, total.c_multi += l.c_multi;
-      total.n_object_cells += l.n_object_cells, total.c_object_cells += l.c_object_cells;
-      for (size_t a = 0; a < 3; ++a) total.c_object_attrs[a] += l.c_object_attrs[a];
-      total.n_empty_cells += l.n_empty_cells, total.c_empty_cells += l.c_empty_cells;
-      total.n_found += l.n_found, total.c_found += l.c_found;
-      total.n_image += l.n_image, total.c_image += l.c_image;
-    }
+      chunks[static_cast<size_t>(c)] = batch_loss(model, b, answers, false);
+    });
+    const BatchLoss total = add_parts(chunks);  // its counters: every chunk's
     auto frac = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : -1.0; };
     pr.val_accuracy = frac(total.n_correct, total.n_turns);
     pr.val_single = frac(total.c_single, total.n_single);
@@ -519,7 +584,8 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     AdamWOptions ao;
     ao.weight_decay = o.weight_decay;
     ao.clip = o.clip;
-    AdamW adam(stage_params(model, st.vision_only, o.freeze_tower), ao);
+    const std::vector<NamedParameter> params = stage_params(model, st.vision_only, o.freeze_tower);
+    AdamW adam(params, ao);
     if (ckpt_file && step > 0) adam.load_state("adam.", *ckpt_file, ckpt_path);
     ckpt_file = nullptr;
     auto save = [&](int64_t next_stage, int64_t next_step, bool with_adam) {
@@ -566,12 +632,33 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       const double lr = warmup_cosine_lr(step + 1, std::min(o.warmup, st.cfg.steps / 4), st.cfg.steps, st.cfg.lr,
                                          st.cfg.lr * o.min_lr_fraction);
       adam.zero_grad();
-      const BatchLoss l = batch_loss(model, batch, !st.vision_only, st.vision_only || !o.freeze_tower);
-      at::Tensor loss = st.vision_only ? l.aux
-                                       : l.answer + o.aux_weight * (l.aux + l.found) + o.attn_weight * l.attn;
-      if (l.image.defined()) loss = loss + o.image_probe_weight * l.image;  // chat stages with the probe
-      loss.backward();
-      adam.step(lr);
+      const bool answers = !st.vision_only, train_tower = st.vision_only || !o.freeze_tower;
+      auto objective = [&](const BatchLoss& l) {
+        at::Tensor loss = st.vision_only ? l.aux
+                                         : l.answer + o.aux_weight * (l.aux + l.found) + o.attn_weight * l.attn;
+        if (l.image.defined()) loss = loss + o.image_probe_weight * l.image;  // chat stages with the probe
+        return loss;
+      };
+      BatchLoss l;
+      at::Tensor loss;
+      if (o.shards > 1) {  // each part's share of the batch's losses, its gradients summed
+        const std::vector<DemoBatch> parts = data.split(batch, o.shards);
+        const LossCounts whole = loss_counts(model, batch, answers);
+        std::vector<BatchLoss> shares(parts.size());
+        shard_gradients(params, static_cast<int>(parts.size()), threads > 1, [&](int k) {
+          shares[static_cast<size_t>(k)] = batch_loss(model, parts[static_cast<size_t>(k)], answers, train_tower, &whole);
+          return objective(shares[static_cast<size_t>(k)]);
+        });
+        l = add_parts(shares);
+        loss = objective(l);
+        const OneComputeThread one;  // the gradient norm's sum the same whatever the threads
+        adam.step(lr);
+      } else {
+        l = batch_loss(model, batch, answers, train_tower);
+        loss = objective(l);
+        loss.backward();
+        adam.step(lr);
+      }
 
       DemoProgress pr;
       pr.stage = st.name;
