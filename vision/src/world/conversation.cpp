@@ -16,18 +16,21 @@ namespace trimkv::vision::world {
 namespace {
 
 // The question of a turn that shows `new_images` (0-based, possibly none) after n_before earlier
-// images: about the one image of this turn (plain templates), image k of those shown so far
+// images: a plain template about the one image it can only mean (this turn's single new image, or
+// the conversation's only image in a follow-up turn, as people ask), image k of those shown so far
 // ("In image k, ..."; earlier turns' images preferred), or all of them.
 QuestionAnswer turn_question(Rng& rng, const std::vector<Scene>& scenes, const std::vector<int>& new_images,
                              int n_before, int n_shown) {
   enum { kPlain, kPrefixed, kMulti };
-  std::vector<double> weights = {new_images.size() == 1 ? 2.0 : 0.0, 2.0, n_shown >= 2 ? 1.0 : 0.0};
+  const bool plain = new_images.size() == 1 || n_shown == 1;
+  std::vector<double> weights = {plain ? 2.0 : 0.0, 2.0, n_shown >= 2 ? 1.0 : 0.0};
   QuestionAnswer qa;
   for (;;) {
     const size_t kind = rng.weighted(weights);
     if (kind == kPlain) {
-      qa = single_image_question(rng, scenes[new_images[0]]);
-      qa.about = {new_images[0]};
+      const int k = new_images.size() == 1 ? new_images[0] : 0;
+      qa = single_image_question(rng, scenes[k]);
+      qa.about = {k};
       return qa;
     }
     if (kind == kPrefixed) {
