@@ -121,10 +121,10 @@ struct DemoTrainOptions {
   // parallelism inside the process (the demo model's matrix products are too small to keep two
   // threads of one product busy: 120 chat steps took 69 s on two cores as one batch, 58 s as two
   // parts; 200 vision steps 78 s / 73 s). Part of the recipe: the weights depend on it, not on
-  // `threads` (one thread runs the parts one after the other, to the same bits). 1, the default:
-  // the whole batch at once, the shipped model's recipe (the full run with 2: README "The demo
-  // model", recipe item 10).
-  int shards = 1;
+  // `threads` (one thread runs the parts one after the other, to the same bits). 2, the default:
+  // the shipped model's recipe; 1, the whole batch at once, the recipe before it (README "The
+  // demo model", recipe item 10).
+  int shards = 2;
 };
 
 struct DemoProgress {
