@@ -22,15 +22,15 @@ namespace {
 QuestionAnswer turn_question(Rng& rng, const std::vector<Scene>& scenes, const std::vector<int>& new_images,
                              int n_before, int n_shown) {
   enum { kPlain, kPrefixed, kMulti };
+  // Either way that image is the last one shown.
   const bool plain = new_images.size() == 1 || n_shown == 1;
   std::vector<double> weights = {plain ? 2.0 : 0.0, 2.0, n_shown >= 2 ? 1.0 : 0.0};
   QuestionAnswer qa;
   for (;;) {
     const size_t kind = rng.weighted(weights);
     if (kind == kPlain) {
-      const int k = new_images.size() == 1 ? new_images[0] : 0;
-      qa = single_image_question(rng, scenes[k]);
-      qa.about = {k};
+      qa = single_image_question(rng, scenes[n_shown - 1]);
+      qa.about = {n_shown - 1};
       return qa;
     }
     if (kind == kPrefixed) {
