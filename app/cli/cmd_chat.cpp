@@ -1,14 +1,15 @@
 // `trimkv chat`: an interactive terminal conversation with a vision-language model. Lines are
 // user turns; commands start with '/'. Errors are printed and the conversation goes on.
-#include <csignal>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include <unistd.h>
 
 #include "answer_printer.h"
 #include "args.h"
 #include "commands.h"
+#include "interrupts.h"
 #include "policy_options.h"
 #include "trimkv/core/error.h"
 #include "trimkv/vision/chat_engine.h"
@@ -18,9 +19,6 @@
 namespace trimkv::cli {
 
 namespace {
-
-std::atomic<bool> g_chat_cancel{false};
-extern "C" void on_chat_sigint(int) { g_chat_cancel.store(true); }
 
 const char* kChatHelp =
     "  /image PATH   attach an image to your next message (repeatable; use <image> in the\n"
@@ -105,7 +103,8 @@ int cmd_chat(int argc, char** argv, int first) {
   std::cout << kChatHelp << std::flush;
   const bool demo_world = vision::is_demo_world_model(info.dir);
   if (demo_world) std::cout << kDemoWorldHint << std::flush;
-  std::signal(SIGINT, on_chat_sigint);
+  std::atomic<bool> cancel{false};  // Ctrl-C stops the turn in flight, not the chat
+  std::optional<InterruptAction> ctrl_c(std::in_place, cancel);
   std::vector<std::string> images;
   std::string line;
   while (true) {
@@ -134,8 +133,8 @@ int cmd_chat(int argc, char** argv, int first) {
           images.clear();
           std::cout << "[new conversation]\n";
         } else if (cmd == "/stats") {
-          g_chat_cancel.store(false);
-          engine->catch_up(&g_chat_cancel);  // after a stopped turn: the cache as the conversation is
+          cancel.store(false);
+          engine->catch_up(&cancel);  // after a stopped turn: the cache as the conversation is
           const vision::ConversationState st = engine->state();
           std::cout << "[context " << st.tokens << "/" << st.max_tokens << " tokens; KV entries: "
                     << st.kv_entries << " (" << st.kv_text_entries << " text, " << st.kv_image_entries
@@ -154,13 +153,13 @@ int cmd_chat(int argc, char** argv, int first) {
         continue;
       }
       if (demo_world && !vision::world::parse_question(line)) std::cout << kOutsideDemoWorld << std::flush;
-      g_chat_cancel.store(false);
+      cancel.store(false);
       std::vector<std::string> turn_images;
       turn_images.swap(images);  // a failed turn drops its images: attach them again
-      engine->add_user_turn(line, turn_images, &g_chat_cancel);
+      engine->add_user_turn(line, turn_images, &cancel);
       AnswerPrinter printer(std::cout, opens_thinking, isatty(STDOUT_FILENO) != 0);
       const GenerationResult r =
-          engine->respond(params, [&printer](const std::string& piece) { printer.push(piece); }, &g_chat_cancel);
+          engine->respond(params, [&printer](const std::string& piece) { printer.push(piece); }, &cancel);
       printer.finish();
       const vision::ConversationState st = engine->state();
       const int64_t steps = r.tokens.empty() ? 0 : static_cast<int64_t>(r.tokens.size()) - 1;
@@ -180,10 +179,10 @@ int cmd_chat(int argc, char** argv, int first) {
         std::cout << "error (" << error_kind_name(e.kind()) << "): " << e.what() << "\n";
     }
   }
-  std::signal(SIGINT, SIG_DFL);
+  ctrl_c.reset();
   std::cout << "\n";
-  g_chat_cancel.store(false);
-  engine->catch_up(&g_chat_cancel);  // the trace of the conversation, not of a stopped turn
+  cancel.store(false);
+  engine->catch_up(&cancel);  // the trace of the conversation, not of a stopped turn
   GenerationResult traced;
   traced.trace = std::make_shared<const Trace>(engine->trace());
   write_trace_outputs(args, traced);

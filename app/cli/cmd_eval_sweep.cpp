@@ -6,18 +6,19 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
 #include "args.h"
 #include "commands.h"
 #include "eval_runner.h"
+#include "interrupts.h"
 #include "trimkv/core/atomic_write.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/eviction_settings.h"
@@ -30,9 +31,6 @@
 
 namespace trimkv::cli {
 namespace {
-
-std::atomic<bool> g_sweep_cancel{false};
-extern "C" void on_sigint_sweep(int) { g_sweep_cancel.store(true); }
 
 const char* const kCsvHeader =
     "policy,budget,budget_entries,accuracy,n,correct,failures,kv_peak_entries,kv_mean_entries,kv_peak_bytes,"
@@ -316,7 +314,8 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
   for (const std::string& p : policies) sweep_policy(p);
   const int limit = eval_limit(args);
   EvalRunOptions run = eval_run_options(args, data);
-  run.cancel = &g_sweep_cancel;
+  std::atomic<bool> cancel{false};  // Ctrl-C, once the cells run
+  run.cancel = &cancel;
   const std::string out_dir = args.get("out", "sweep");
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -376,8 +375,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     options.image_size = image_size_arg(args);
     engine = vision::ChatEngine::load(model, options);
   }
-  g_sweep_cancel.store(false);
-  std::signal(SIGINT, on_sigint_sweep);
+  std::optional<InterruptAction> ctrl_c(std::in_place, cancel);
   bool cancelled = false;
   size_t done = 0;
   for (const Cell& c : cells) {
@@ -430,7 +428,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       std::cerr << "eval-sweep: " << c.policy << " " << c.budget.spec << " (" << entries << " entries): accuracy "
                 << s.all.accuracy() << ", " << s.failures << " failures\n";
   }
-  std::signal(SIGINT, SIG_DFL);
+  ctrl_c.reset();
   std::cout << "eval-sweep: " << rows.size() << " cells in " << csv_path << ", " << md_path << " and " << png_path
             << " (" << done
             << " computed now)\n";

@@ -1,11 +1,12 @@
-#include <csignal>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "args.h"
 #include "commands.h"
+#include "interrupts.h"
 #include "policy_options.h"
 #include "trimkv/core/atomic_write.h"
 #include "trimkv/core/engine.h"
@@ -14,9 +15,6 @@
 namespace trimkv::cli {
 
 namespace {
-
-std::atomic<bool> g_cancel{false};
-extern "C" void on_sigint(int) { g_cancel.store(true); }
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -167,24 +165,24 @@ int cmd_generate(int argc, char** argv, int first) {
   const std::string cache_note = chat ? chat->info().weight_cache : engine->info().weight_cache;
   if (!cache_note.empty()) std::cerr << "[weight cache: " << cache_note << "]\n";
   const bool json = args.flag("json");
-  g_cancel.store(false);
-  std::signal(SIGINT, on_sigint);
+  std::atomic<bool> cancel{false};
+  std::optional<InterruptAction> ctrl_c(std::in_place, cancel);
   TextCallback stream;
   if (!json) stream = [](const std::string& piece) { std::cout << piece << std::flush; };
   GenerationResult r;
   if (chat_turn) {
     if (eviction_requested(args)) chat->set_eviction(eviction);  // the whole conversation under it
-    replay_messages(*chat, messages, &g_cancel);
+    replay_messages(*chat, messages, &cancel);
     for (const vision::StreamToken& t : chat->tokens()) prompt_ids.push_back(t.id);
     if (args.has("logits")) write_floats(args.get("logits"), chat->pending_logits());
-    r = chat->respond(params, stream, &g_cancel);
+    r = chat->respond(params, stream, &cancel);
   } else if (chat) {
-    r = chat->generate(args.get("prompt"), images, params, eviction, false, stream, &g_cancel);
+    r = chat->generate(args.get("prompt"), images, params, eviction, false, stream, &cancel);
     prompt_ids = r.prompt_ids;
   } else {
-    r = engine->generate(prompt_ids, params, eviction, stream, &g_cancel);
+    r = engine->generate(prompt_ids, params, eviction, stream, &cancel);
   }
-  std::signal(SIGINT, SIG_DFL);
+  ctrl_c.reset();
   write_trace_outputs(args, r);
 
   const double prefill_tps = r.prefill_ms > 0 ? r.prompt_tokens * 1000.0 / r.prefill_ms : 0;

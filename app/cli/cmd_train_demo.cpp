@@ -3,23 +3,17 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "args.h"
 #include "commands.h"
+#include "interrupts.h"
 #include "trimkv/vision/demo_training.h"
 #include "trimkv/vision/world.h"
 
 namespace trimkv::cli {
-
-namespace {
-
-std::atomic<bool> g_stop{false};
-extern "C" void on_sigint_demo(int) { g_stop.store(true); }
-
-}  // namespace
 
 int cmd_train_demo(int argc, char** argv, int first) {
   const vision::DemoTrainOptions d;
@@ -92,8 +86,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.threads = threads_arg(args);
   const bool tty = isatty(fileno(stderr));
 
-  g_stop.store(false);
-  std::signal(SIGINT, on_sigint_demo);
+  std::atomic<bool> stop{false};
+  std::optional<InterruptAction> ctrl_c(std::in_place, stop);
   auto on_message = [&](const std::string& m) {
     std::cerr << (tty ? "\r\033[K" : "") << "train-demo: " << m << "\n" << std::flush;
   };
@@ -124,8 +118,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
       std::fprintf(stderr, "train-demo: image probe (visual tokens and 'In image k' words): right %.3f\n", p.val_image);
     std::cerr << std::flush;
   };
-  const vision::DemoResult r = vision::train_demo(o, on_message, on_progress, &g_stop);
-  std::signal(SIGINT, SIG_DFL);
+  const vision::DemoResult r = vision::train_demo(o, on_message, on_progress, &stop);
+  ctrl_c.reset();
   if (tty) std::cerr << "\n";
   if (r.interrupted) {
     std::cerr << "train-demo: interrupted; checkpoint '" << r.checkpoint_path

@@ -2,26 +2,20 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "args.h"
 #include "commands.h"
+#include "interrupts.h"
 #include "rank_launcher.h"
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/train_gates.h"
 #include "trimkv/vision/train_gates_vlm.h"
 
 namespace trimkv::cli {
-
-namespace {
-
-std::atomic<bool> g_stop{false};
-extern "C" void on_sigint_train(int) { g_stop.store(true); }
-
-}  // namespace
 
 int cmd_train_gates(int argc, char** argv, int first) {
   const std::vector<OptionSpec> specs = {
@@ -114,8 +108,8 @@ int cmd_train_gates(int argc, char** argv, int first) {
   const bool json = args.flag("json");
   const bool tty = isatty(fileno(stderr));
 
-  g_stop.store(false);
-  std::signal(SIGINT, on_sigint_train);
+  std::atomic<bool> stop{false};
+  std::optional<InterruptAction> ctrl_c(std::in_place, stop);
   // The dataset's warnings come before the setup, the same on every rank (rank 0 reports them);
   // after it, those of conversations a rank finds unusable when it draws them (each rank its own).
   bool training = false;
@@ -164,8 +158,8 @@ int cmd_train_gates(int argc, char** argv, int first) {
                   p.checkpointed ? "  [checkpoint]" : "");
     std::cerr << (tty ? "\r" : "") << line << (tty ? "\033[K" : "\n") << std::flush;
   };
-  const TrainResult r = vision::train_gates_vlm(o, on_warning, on_setup, on_progress, &g_stop);
-  std::signal(SIGINT, SIG_DFL);
+  const TrainResult r = vision::train_gates_vlm(o, on_warning, on_setup, on_progress, &stop);
+  ctrl_c.reset();
   if (tty && !json && reporting) std::cerr << "\n";
   if (!reporting) return r.interrupted ? 130 : 0;
   if (r.interrupted) {

@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "interrupts.h"
 #include "trimkv/core/cpu_tuning.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/version.h"
@@ -35,6 +36,7 @@ const char* kUsage =
 int main(int argc, char** argv) {
   using namespace trimkv::cli;
   trimkv::tune_cpu_runtime(argv);
+  start_interrupt_watcher();  // before any other thread: Ctrl-C never lands on one that computes
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     std::cout << kUsage;

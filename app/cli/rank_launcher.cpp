@@ -10,9 +10,11 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "args.h"
+#include "interrupts.h"
 #include "trimkv/core/data_parallel.h"
 
 namespace trimkv::cli {
@@ -30,11 +32,38 @@ int env_int(const char* name, int fallback, int lo, int hi) {
   return static_cast<int>(*x);
 }
 
-std::vector<pid_t> g_ranks;  // for the signal handler
-extern "C" void forward_signal(int sig) {
-  for (pid_t p : g_ranks)
-    if (p > 0) kill(p, sig);
-}
+// The local ranks' pids, 0 once reaped; signals reach them from the interrupt watcher's thread too.
+class Ranks {
+ public:
+  explicit Ranks(int n) : m_pids(static_cast<size_t>(n), 0) {}
+  void started(int r, pid_t pid) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_pids[static_cast<size_t>(r)] = pid;
+  }
+  // The rank that `pid` was (now reaped), or -1.
+  int reaped(pid_t pid) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    for (size_t r = 0; r < m_pids.size(); ++r)
+      if (m_pids[r] == pid) {
+        m_pids[r] = 0;
+        return static_cast<int>(r);
+      }
+    return -1;
+  }
+  void signal_all(int sig) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    for (pid_t p : m_pids)
+      if (p > 0) kill(p, sig);
+  }
+  std::vector<pid_t> pids() {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    return m_pids;
+  }
+
+ private:
+  std::mutex m_mutex;
+  std::vector<pid_t> m_pids;
+};
 
 std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
@@ -60,14 +89,15 @@ int launch_local_ranks(int n, const std::vector<std::string>& args, std::ostream
   if (len <= 0) throw UsageError("--nproc: cannot find this program's own path (/proc/self/exe)");
   self[len] = '\0';
   const int port = free_local_port();  // data_parallel.h
-  g_ranks.assign(n, 0);
+  Ranks ranks(n);
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();
     if (pid < 0) {
-      forward_signal(SIGTERM);
+      ranks.signal_all(SIGTERM);
       throw UsageError(std::string("--nproc: cannot start rank ") + std::to_string(r) + ": " + std::strerror(errno));
     }
     if (pid == 0) {
+      restore_signal_mask_for_exec();
       setenv("RANK", std::to_string(r).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
@@ -81,16 +111,12 @@ int launch_local_ranks(int n, const std::vector<std::string>& args, std::ostream
       execv(self, argv.data());
       _exit(127);
     }
-    g_ranks[r] = pid;
+    ranks.started(r, pid);
   }
   err << "train-gates: " << n << " local ranks on 127.0.0.1:" << port << " (pids";
-  for (pid_t p : g_ranks) err << " " << p;
+  for (pid_t p : ranks.pids()) err << " " << p;
   err << ")\n" << std::flush;
-  struct sigaction sa {}, old_int{}, old_term{};
-  sa.sa_handler = forward_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  const InterruptAction forward({SIGINT, SIGTERM}, [&ranks](int sig) { ranks.signal_all(sig); });
 
   // After a failure the others get 10 s to fail on their own (their next collective does, naming
   // the lost peer), then SIGTERM, then SIGKILL 20 s later.
@@ -105,17 +131,15 @@ int launch_local_ranks(int n, const std::vector<std::string>& args, std::ostream
     if (pid < 0) break;
     if (pid == 0) {
       if (Clock::now() > next_signal) {
-        forward_signal(stop_signal);
+        ranks.signal_all(stop_signal);
         stop_signal = SIGKILL;
         next_signal = Clock::now() + std::chrono::seconds(20);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    int r = 0;
-    while (r < n && g_ranks[r] != pid) ++r;
-    if (r == n) continue;
-    g_ranks[r] = 0;
+    const int r = ranks.reaped(pid);
+    if (r < 0) continue;
     --running;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     const bool interrupted = WIFEXITED(status) && WEXITSTATUS(status) == 130;
@@ -132,9 +156,6 @@ int launch_local_ranks(int n, const std::vector<std::string>& args, std::ostream
       next_signal = Clock::now() + std::chrono::seconds(10);
     }
   }
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  g_ranks.clear();
   return result;
 }
 

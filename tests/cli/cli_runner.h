@@ -57,8 +57,9 @@ inline void require_clean_error(const CliRun& r, const std::string& what) {
 }
 
 // A run that gets a signal: `trimkv args` starts (stdin from `input`), and once `ready(out, err)`
-// holds (polled every 10 ms, at most 60 s), `sig` is sent; the process must then exit within
-// 20 s (else it is killed and the test fails). ms_after_signal: from the signal to the exit.
+// holds (polled every 10 ms, at most 60 s), `before_signal(pid)` looks at the running process (if
+// given) and `sig` is sent; the process must then exit within 20 s (else it is killed and the
+// test fails). ms_after_signal: from the signal to the exit.
 struct SignalledRun {
   int code = -1;           // exit status; -1 when it did not exit normally
   int term_signal = 0;     // the signal that ended it, if one did
@@ -67,7 +68,8 @@ struct SignalledRun {
 };
 
 inline SignalledRun run_cli_signalled(const std::vector<std::string>& args, const std::string& input, int sig,
-                                      const std::function<bool(const std::string&, const std::string&)>& ready) {
+                                      const std::function<bool(const std::string&, const std::string&)>& ready,
+                                      const std::function<void(pid_t)>& before_signal = {}) {
   ScratchDir dir("cli-signal");
   write_text(dir.file("in"), input);
   const pid_t pid = fork();
@@ -102,6 +104,7 @@ inline SignalledRun run_cli_signalled(const std::vector<std::string>& args, cons
   }
   const auto signalled = Clock::now();
   if (!exited) {
+    if (before_signal) before_signal(pid);
     kill(pid, sig);
     while (!exited && Clock::now() - signalled < std::chrono::seconds(20)) {
       if (waitpid(pid, &status, WNOHANG) == pid) exited = true;
