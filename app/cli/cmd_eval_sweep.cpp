@@ -134,21 +134,25 @@ std::vector<std::vector<std::string>> type_lines(const std::string& policy, cons
 }
 
 // What the cells of one folder must share: a rerun that resumes them with other data or scoring
-// would mix two experiments in one table. The model is named by its path and by its files'
-// sample hash (checkpoint_fingerprint: the folder's weights and its own gates), so a model
-// retrained in place is not resumed with the old one's cells. A --gates file is not in it: each
-// learned policy may be run with its own gates file (`--policies dbtrimkv --gates a`, then
+// would mix two experiments in one table. The model and the data are compared by content (the
+// model's checkpoint_fingerprint: its weight and gate files; the data file's sample hash), so a
+// model retrained in place is not resumed with the old one's cells, and a folder moved, committed
+// or read from another checkout resumes where it stopped. Their paths are kept too, relative to
+// the folder, for whoever reads the file; they are not compared. A --gates file is not in it:
+// each learned policy may be run with its own gates file (`--policies dbtrimkv --gates a`, then
 // `--policies trimkv --gates b`), which is how a sweep with per-head and global gates is made.
 std::vector<std::pair<std::string, std::string>> sweep_settings(const Args& args, const EvalRunOptions& run,
-                                                                const std::string& model, int limit) {
-  auto path = [](const std::string& p) {  // one spelling per file: ./a.jsonl and a.jsonl agree
+                                                                const std::string& model, int limit,
+                                                                const std::string& out_dir) {
+  auto from_folder = [&out_dir](const std::string& p) {
     std::error_code ec;
-    const std::filesystem::path c = std::filesystem::weakly_canonical(p, ec);
-    return ec ? p : c.string();
+    const std::filesystem::path r = std::filesystem::relative(p, out_dir, ec);
+    return ec || r.empty() ? p : r.generic_string();
   };
-  return {{"model", path(model)},
+  return {{"model", from_folder(model)},
           {"model-files", checkpoint_fingerprint(model)},
-          {"data", path(run.data)},
+          {"data", from_folder(run.data)},
+          {"data-file", file_sample_hash(run.data)},
           {"limit", limit < 0 ? "all" : std::to_string(limit)},
           {"match", vision::world::answer_match_name(run.match)},
           {"history", run.gold_history ? "gold" : "model"},
@@ -165,11 +169,17 @@ std::string settings_text(const std::vector<std::pair<std::string, std::string>>
 }
 
 // sweep-settings.txt beside the CSV: written with the first cells; a rerun that would add cells
-// to a folder made with other settings is refused, naming each difference.
-void check_sweep_settings(const std::string& path, const std::string& out_dir, bool has_rows,
+// to a folder made with other settings is refused, naming each difference, and so is one into a
+// folder whose cells have no settings file (what they were computed with is unknown). Settings a
+// file from an older build lacks are not compared.
+void check_sweep_settings(const std::string& path, const std::string& out_dir, size_t n_rows,
                           const std::vector<std::pair<std::string, std::string>>& settings) {
+  if (n_rows == 0) return;  // nothing computed yet: the settings are this run's
   std::ifstream in(path, std::ios::binary);
-  if (!in.good() || !has_rows) return;  // a new folder, or one from before this file existed
+  if (!in.good())
+    throw UsageError("option '--out': " + out_dir + " holds " + std::to_string(n_rows) +
+                     " cells but no sweep-settings.txt, so what they were computed with is unknown; use another "
+                     "--out folder, or delete " + out_dir + "/sweep.csv to compute them again");
   std::map<std::string, std::string> before;
   for (std::string line; std::getline(in, line);) {
     const size_t eq = line.find('=');
@@ -178,7 +188,7 @@ void check_sweep_settings(const std::string& path, const std::string& out_dir, b
   std::string differences;
   for (const auto& [k, v] : settings) {
     const auto it = before.find(k);
-    if (it != before.end() && it->second != v)
+    if (k != "model" && k != "data" && it != before.end() && it->second != v)
       differences += (differences.empty() ? "" : "; ") + k + " was " + it->second + ", now " + v;
   }
   if (!differences.empty())
@@ -281,7 +291,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them), each optionally with its options after colons, e.g. dbtrimkv:sinks=4 (the entry names its rows)"},
       {"budgets", "B,...", "KV budgets: fractions of the full cache's peak entries (0.25) and/or entries (512)"},
-      {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png, sweep-settings.txt (a rerun with other data, scoring or model files is refused) (default: sweep)"},
+      {"out", "DIR", "output folder: sweep.csv, sweep-types.csv (per task type), sweep.md, sweep.png, sweep-settings.txt (a rerun with other data, scoring or model files, or into cells without that file, is refused) (default: sweep)"},
       ranged_int("limit", "N", "evaluate the first N conversations only", 1, 2147483647),
       {"history", "gold|model", "answers kept in the conversation (default gold)"},
       {"match", "exact|contains", "scoring: the normalized reply equals the expected answer (default), or contains it as whole words (real models answer in sentences)"},
@@ -328,8 +338,8 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
 
   std::vector<Row> rows = read_csv(csv_path);
   std::vector<std::vector<std::string>> types = read_types_csv(types_path, rows);
-  const auto settings = sweep_settings(args, run, model, limit);
-  check_sweep_settings(settings_path, out_dir, !rows.empty(), settings);
+  const auto settings = sweep_settings(args, run, model, limit, out_dir);
+  check_sweep_settings(settings_path, out_dir, rows.size(), settings);
   auto find_row = [&](const std::string& policy, const std::string& budget) -> const Row* {
     for (const Row& r : rows)
       if (r.policy == policy && r.budget == budget) return &r;

@@ -292,6 +292,38 @@ TEST_CASE("trimkv eval-sweep writes every policy x budget cell and resumes", "[c
   CHECK_THAT(retrained.err, Catch::Contains("model-files was"));
   CHECK(trimkv::test::read_bytes(dir.file("sweep-copy/sweep.csv")) == copied_csv);
 
+  // The settings name no absolute path: a folder moved elsewhere (committed, another checkout)
+  // resumes with the same model and data, computing nothing again.
+  const std::string settings = "\n" + trimkv::test::read_bytes(dir.file("sweep/sweep-settings.txt"));
+  CAPTURE(settings);
+  CHECK_THAT(settings, Catch::Contains("\nmodel=../") && Catch::Contains("\ndata=../test.jsonl\n") &&
+                           Catch::Contains("\ndata-file="));
+  CHECK_THAT(settings, !Catch::Contains("=/"));
+  trimkv::test::ScratchDir elsewhere("eval-sweep-moved");
+  std::filesystem::create_directories(elsewhere.file("deeper"));
+  std::filesystem::copy(dir.file("sweep"), elsewhere.file("deeper/sweep"), std::filesystem::copy_options::recursive);
+  const std::string moved_csv = trimkv::test::read_bytes(elsewhere.file("deeper/sweep/sweep.csv"));
+  std::vector<std::string> moved = args;
+  moved[moved.size() - 3] = elsewhere.file("deeper/sweep");
+  const WorldRun resumed = run_world_cli(moved);
+  CAPTURE(resumed.out, resumed.err);
+  REQUIRE(resumed.code == 0);
+  CHECK_THAT(resumed.out, Catch::Contains("0 computed now"));
+  // Other data under the same name is other data: refused.
+  trimkv::test::write_text(dir.file("other.jsonl"), trimkv::test::read_bytes(dir.file("test.jsonl")) + "\n");
+  std::vector<std::string> other_data = moved;
+  other_data[4] = dir.file("other.jsonl");
+  const WorldRun refused_data = run_world_cli(other_data);
+  require_error_naming(refused_data, "--out");
+  CHECK_THAT(refused_data.err, Catch::Contains("data-file was"));
+  // Cells without a settings file (a folder from before it existed, or one it was deleted from)
+  // are not resumed blindly: what they were computed with is unknown.
+  std::filesystem::remove(elsewhere.file("deeper/sweep/sweep-settings.txt"));
+  const WorldRun unknown = run_world_cli(moved);
+  require_error_naming(unknown, "--out");
+  CHECK_THAT(unknown.err, Catch::Contains("5 cells but no sweep-settings.txt"));
+  CHECK(trimkv::test::read_bytes(elsewhere.file("deeper/sweep/sweep.csv")) == moved_csv);
+
   require_error_naming(run_world_cli({"eval-sweep", "--model", model, "--data", dir.file("test.jsonl"), "--policies",
                                       "nope", "--budgets", "0.5"}),
                        "--policies");
