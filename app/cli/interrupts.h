@@ -1,7 +1,7 @@
 // Ctrl-C (SIGINT) and SIGTERM without a signal handler on any thread that computes.
 //
 // A signal handler runs on the stack of whichever thread the signal interrupts, and the kernel
-// writes its frame below that thread's stack pointer. oneDNN's JIT f32 GEMM (Debian's libdnnl 2.7,
+// writes its frame below that thread's stack pointer. oneDNN's JIT f32 GEMM (Debian's libdnnl 2.6,
 // reached through LibTorch's matmuls and our kernels' sgemm) points the stack pointer into a heap
 // buffer while it runs, so a Ctrl-C landing there wrote the frame into the heap: eval-sweep stopped
 // mid-turn aborted with "corrupted size vs. prev_size" in 1-3% of runs (oneDNN issue 4845, fixed
