@@ -119,11 +119,10 @@ struct DemoTrainOptions {
   // Each step's batch in this many parts (whole conversations, or runs of images), each run with
   // one compute thread and on a thread of its own when `threads` > 1, their gradients summed: data
   // parallelism inside the process (the demo model's matrix products are too small to keep two
-  // threads of one product busy: 120 chat steps took 69 s on two cores as one batch, 58 s as two
-  // parts; 200 vision steps 78 s / 73 s). Part of the recipe: the weights depend on it, not on
-  // `threads` (one thread runs the parts one after the other, to the same bits). 2, the default:
-  // the shipped model's recipe; 1, the whole batch at once, the recipe before it (README "The
-  // demo model", recipe item 10).
+  // threads of one product busy). Part of the recipe: the weights depend on it, not on `threads`
+  // (one thread runs the parts one after the other, to the same bits). 2, the default: the
+  // shipped model's recipe; 1, the whole batch at once, the recipe before it (README "The demo
+  // model", recipe item 10, with the timings).
   int shards = 2;
 };
 
