@@ -18,12 +18,9 @@ std::vector<InterruptAction*> g_actions;  // in registration order: the last one
 sigset_t g_watched, g_start_mask;
 std::once_flag g_started;
 
-// What the signal would have done without us: end the program (killed by that signal).
+// What the signal would have done without us: end the program (killed by that signal). Its
+// disposition is still the default: nothing here installs a handler.
 [[noreturn]] void die_by(int sig) {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(sig, &dfl, nullptr);
   sigset_t one;
   sigemptyset(&one);
   sigaddset(&one, sig);

@@ -36,7 +36,6 @@ const char* kUsage =
 int main(int argc, char** argv) {
   using namespace trimkv::cli;
   trimkv::tune_cpu_runtime(argv);
-  start_interrupt_watcher();  // before any other thread: Ctrl-C never lands on one that computes
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     std::cout << kUsage;
@@ -47,6 +46,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string command = argv[1];
+  start_interrupt_watcher();  // before any other thread: Ctrl-C never lands on one that computes
   try {
     if (command == "info") return cmd_info(argc, argv, 2);
     if (command == "tokenize") return cmd_tokenize(argc, argv, 2);
