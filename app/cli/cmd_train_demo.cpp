@@ -23,6 +23,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_int("vision-steps", "N", "steps of the vision stage (default " + std::to_string(d.vision.steps) + ")", 0, 10000000),
       ranged_int("short-steps", "N", "steps of the 1-3 image chat stage (default " + std::to_string(d.chat_short.steps) + ")", 0, 10000000),
       ranged_int("chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")", 0, 10000000),
+      ranged_int("polish-steps", "N", "steps of the low-rate pass after the chat stage (default " + std::to_string(d.polish.steps) + "; 0: the recipe before it)", 0, 10000000),
       ranged_real("vision-lr", "LR", "peak learning rate of the vision stage", 1e-10, 10),
       ranged_real("chat-lr", "LR", "peak learning rate of the chat stages", 1e-10, 10),
       ranged_int("gate-steps", "N", "steps of gate training (default " + std::to_string(d.gate_steps) + ")", 0, 10000000),
@@ -62,10 +63,12 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.vision.steps = args.get_int("vision-steps", static_cast<int>(d.vision.steps));
   o.chat_short.steps = args.get_int("short-steps", static_cast<int>(d.chat_short.steps));
   o.chat.steps = args.get_int("chat-steps", static_cast<int>(d.chat.steps));
+  o.polish.steps = args.get_int("polish-steps", static_cast<int>(d.polish.steps));
   o.gate_steps = args.get_int("gate-steps", static_cast<int>(d.gate_steps));
   o.vision.lr = args.get_double("vision-lr", d.vision.lr);
   o.chat_short.lr = args.get_double("chat-lr", d.chat_short.lr);
   o.chat.lr = o.chat_short.lr * d.chat.lr / d.chat_short.lr;
+  o.polish.lr = o.chat_short.lr * d.polish.lr / d.chat_short.lr;
   o.skip_gates = args.flag("no-gates");
   o.val_conversations = args.get_int("val", static_cast<int>(d.val_conversations));
   o.val_every = args.get_int("val-every", static_cast<int>(d.val_every));

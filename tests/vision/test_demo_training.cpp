@@ -38,6 +38,7 @@ DemoTrainOptions tiny(const std::string& out) {
   o.vision = {3, 4, 2e-3, 1};
   o.chat_short = {2, 2, 2e-3, 3};
   o.chat = {4, 2, 2e-3, 4};
+  o.polish = {2, 2, 5e-4, 4};
   o.warmup = 1;
   o.tokenizer_conversations = 200;
   o.val_conversations = 3;
@@ -109,7 +110,7 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
     if (p.val_accuracy >= 0) vals.push_back(p.val_accuracy);
   });
   REQUIRE_FALSE(r.interrupted);
-  CHECK(stages == std::vector<std::string>{"vision", "chat-short", "chat", "gates"});
+  CHECK(stages == std::vector<std::string>{"vision", "chat-short", "chat", "polish", "gates"});
   CHECK(vals.size() >= 3);
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
                         "chat_template.jinja", "processor_config.json", "generation_config.json",
@@ -192,6 +193,21 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   // Other options refuse the checkpoint.
   o2.chat.lr = 1e-3;
   CHECK_THROWS_WITH(train_demo(o2, {}, {}), Catch::Contains("other options"));
+
+  // The polish stage run alone from the checkpoint of a run without it (--init-from, the earlier
+  // stages at 0 steps) ends with the whole run's weights: it starts from nothing but the weights.
+  const std::string before = dir.file("no-polish"), after = dir.file("polish-only");
+  DemoTrainOptions o3 = tiny(before);
+  o3.polish.steps = 0;
+  o3.skip_gates = true;
+  REQUIRE_FALSE(train_demo(o3, {}, {}).interrupted);
+  CHECK(file_bytes(before + "/model.safetensors") != file_bytes(out + "/model.safetensors"));
+  DemoTrainOptions o4 = tiny(after);
+  o4.vision.steps = o4.chat_short.steps = o4.chat.steps = 0;
+  o4.init_from = before + "/train/checkpoint.safetensors";
+  o4.skip_gates = true;
+  REQUIRE_FALSE(train_demo(o4, {}, {}).interrupted);
+  CHECK(file_bytes(after + "/model.safetensors") == file_bytes(out + "/model.safetensors"));
 }
 
 TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {

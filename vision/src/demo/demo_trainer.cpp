@@ -348,6 +348,7 @@ json options_json(const DemoTrainOptions& o) {
   if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
   j["number_hops"] = o.number_hops;
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
+  if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
   return j;
 }
 
@@ -355,7 +356,8 @@ void check_options(const DemoTrainOptions& o) {
   TRIMKV_CHECK(!o.out_dir.empty(), Input, "--out is required");
   for (const auto& [name, s] : {std::pair<const char*, const DemoStage*>{"vision", &o.vision},
                                 {"chat-short", &o.chat_short},
-                                {"chat", &o.chat}}) {
+                                {"chat", &o.chat},
+                                {"polish", &o.polish}}) {
     TRIMKV_CHECK(s->steps >= 0 && s->batch > 0 && s->lr > 0, Input, "stage ", name,
                  ": steps must be >= 0, batch > 0 and lr > 0 (got ", s->steps, ", ", s->batch, ", ", s->lr, ")");
     TRIMKV_CHECK(s->objects_ramp >= 0 && s->max_objects >= 1 && s->max_objects <= world::kMaxObjectsLimit, Input,
@@ -524,7 +526,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   DemoResult result;
   result.model_dir = dir.string();
   const std::vector<Stage> stages = {{"vision", o.vision, true}, {"chat-short", o.chat_short, false},
-                                     {"chat", o.chat, false}};
+                                     {"chat", o.chat, false}, {"polish", o.polish, false}};
   int64_t stage_index = 0, step = 0;
   SafetensorsFile* ckpt_file = nullptr;
   std::unique_ptr<SafetensorsFile> ckpt_holder;

@@ -11,10 +11,12 @@
 //                 the per-token targets; each conversation carries extra question turns, so one
 //                 image prefill supervises several answers;
 //   4. chat       the same on the full world (1-8 images, 1-6 turns + extras);
-//   5. export     an Idefics3 checkpoint folder transformers loads (config.json,
+//   5. polish     the chat stage's objective once more on fresh full-world conversations, from a
+//                 low learning rate (fresh AdamW moments, warm-up, cosine decay);
+//   6. export     an Idefics3 checkpoint folder transformers loads (config.json,
 //                 model.safetensors with the reference tensor names, tokenizer, chat template,
 //                 processor config);
-//   6. gates      DBTrimKV retention gates (core's gate trainer) on multi-image world
+//   7. gates      DBTrimKV retention gates (core's gate trainer) on multi-image world
 //                 conversations, saved as retention_gates.safetensors in the folder.
 //
 // Determinism: the model's initial weights come from the seed (portable generator), the data of
@@ -66,6 +68,10 @@ struct DemoTrainOptions {
   // conversations up first (2,000 instead of 1,200 steps gave the same validation at its end).
   DemoStage chat_short{1000, 12, 2e-3, 3, 6, 300};  // objects 1 -> 6 over the first 300 steps
   DemoStage chat{4400, 8, 1.5e-3, 8};
+  // A warm restart at 15% of the chat stage's peak rate on conversations the chat stage did not
+  // see: 400 steps after the recipe before it took every test set up (README, recipe item 12);
+  // 0 steps: that recipe.
+  DemoStage polish{400, 8, 2.25e-4, 8};
   double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
   int64_t warmup = 50;
   double weight_decay = 0.01;
@@ -127,7 +133,7 @@ struct DemoTrainOptions {
 };
 
 struct DemoProgress {
-  std::string stage;        // "tokenizer", "vision", "chat-short", "chat", "export", "gates"
+  std::string stage;        // "tokenizer", "vision", "chat-short", "chat", "polish", "export", "gates"
   int64_t step = 0, total = 0;
   double loss = 0;          // total loss of the step
   double answer_loss = 0;   // cross-entropy of the answer tokens (chat stages)
