@@ -10,6 +10,7 @@
 #include "args.h"
 #include "commands.h"
 #include "interrupts.h"
+#include "trimkv/core/cpu_tuning.h"
 #include "trimkv/vision/demo_training.h"
 #include "trimkv/vision/world.h"
 
@@ -87,6 +88,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.chat_short.objects_ramp = args.get_int("short-ramp", static_cast<int>(d.chat_short.objects_ramp));
   o.shards = args.get_int("shards", d.shards);
   o.threads = threads_arg(args);
+  keep_freed_memory();
   const bool tty = isatty(fileno(stderr));
 
   std::atomic<bool> stop{false};

@@ -5,10 +5,14 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
 namespace trimkv {
@@ -53,6 +57,14 @@ void tune_cpu_runtime(char** argv) {
   // Both variables are read when the libraries load, before main(): start again with them set.
   if (changed) execv("/proc/self/exe", argv);
   // Here execv failed or nothing changed: carry on as we are.
+}
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  // 32 MiB is the largest mmap threshold glibc accepts on 64-bit systems (larger is refused).
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+#endif
 }
 
 int hardware_threads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
