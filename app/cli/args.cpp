@@ -27,14 +27,14 @@ std::vector<std::string> split_list(const std::string& s, char sep, bool keep_em
   }
 }
 
-namespace {
-
 std::string number_text(double x, bool integer) {
   char buf[48];
   if (integer) std::snprintf(buf, sizeof buf, "%.0f", x);
   else std::snprintf(buf, sizeof buf, "%g", x);
   return buf;
 }
+
+namespace {
 
 std::string range_text(const NumericRange& r) {
   return (r.integer ? "an integer from " : "a number from ") + number_text(r.lo, r.integer) + " to " +

@@ -104,4 +104,7 @@ int image_size_arg(const Args& args);
 // "12m05s" / "1h02m" for progress lines.
 std::string format_duration(double seconds);
 
+// A number as help and error texts show it: "%g", or without decimals when `integer`.
+std::string number_text(double x, bool integer = false);
+
 }  // namespace trimkv::cli

@@ -18,11 +18,6 @@ namespace trimkv::cli {
 
 int cmd_train_demo(int argc, char** argv, int first) {
   const vision::DemoTrainOptions d;
-  auto g = [](double v) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", v);
-    return std::string(b);
-  };
   const std::vector<OptionSpec> specs = {
       {"out", "DIR", "model folder to write (training state goes to DIR/train/)"},
       ranged_int("seed", "S", "seed of the weights and the data (default 1)", 0, 2147483647),
@@ -31,7 +26,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_int("chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")", 0, 10000000),
       ranged_int("polish-steps", "N", "steps of the low-rate pass after the chat stage (default " + std::to_string(d.polish.steps) + "; 0: the recipe before it)", 0, 10000000),
       ranged_real("vision-lr", "LR", "peak learning rate of the vision stage", 1e-10, 10),
-      ranged_real("chat-lr", "LR", "peak learning rate of the chat-short stage; the chat and polish stages' rates scale with it (default " + g(d.chat_short.lr) + ": chat " + g(d.chat.lr) + ", polish " + g(d.polish.lr) + ")", 1e-10, 10),
+      ranged_real("chat-lr", "LR", "peak learning rate of the chat-short stage; the chat and polish stages' rates scale with it (default " + number_text(d.chat_short.lr) + ": chat " + number_text(d.chat.lr) + ", polish " + number_text(d.polish.lr) + ")", 1e-10, 10),
       ranged_int("gate-steps", "N", "steps of gate training (default " + std::to_string(d.gate_steps) + ")", 0, 10000000),
       {"no-gates", "", "skip gate training"},
       ranged_int("val", "N", "validation conversations (default " + std::to_string(d.val_conversations) + ")", 0, 1000000),
