@@ -15,6 +15,8 @@
 
 #include "main_window.h"
 #include "chat_input.h"
+#include "draft_keeper.h"
+#include "quit_signals.h"
 #include "sample_turn.h"
 #include "scripted_turns.h"
 #include "screenshot_run.h"
@@ -31,10 +33,17 @@ int main(int argc, char** argv) {
       return 0;
     }
   trimkv::tune_cpu_runtime(argv);  // before Qt or any thread exists (may re-execute once)
+  QuitSignals::startWatcher();      // before any other thread: no signal lands on one that computes
   QApplication app(argc, argv);
   QApplication::setApplicationVersion(QString::fromStdString(trimkv::version_line("trimkv-studio")));
   QApplication::setApplicationName(QStringLiteral("TrimKV Studio"));
   QApplication::setOrganizationName(QStringLiteral("TrimKV"));
+  // Ctrl+C or SIGTERM close the window as its close button does.
+  QuitSignals quitSignals;
+  QObject::connect(&quitSignals, &QuitSignals::received, &app, [](int signo) {
+    QApplication::closeAllWindows();
+    QCoreApplication::exit(128 + signo);
+  });
 
   QCommandLineParser parser;
   parser.setApplicationDescription(QStringLiteral("Multi-turn image chat with a live view of the KV cache under eviction."));
@@ -163,6 +172,9 @@ int main(int argc, char** argv) {
   if (imageSize > 0) window.setImageSize(imageSize);
   if (budget > 0) window.setStartBudget(budget);
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());
+  // The message being written is kept as it is typed; --prompt / --image / --send fill the input
+  // themselves, so they leave the kept one alone for the next plain start.
+  if (!ownTurn && !parser.isSet(sendOpt)) window.setDraftFile(DraftKeeper::defaultFile());
   window.show();
   // The sample conversation, ready to send: its question in the input, its image attached.
   QTemporaryDir samples;
@@ -172,6 +184,7 @@ int main(int argc, char** argv) {
   } else {
     QObject::connect(&window, &MainWindow::modelLoaded, &window, [&window, &samples, ownTurn, ownText, ownImages] {
       window.offerAutosaveRestore();  // the last conversation, if there is one
+      window.restoreDraft();          // and the message that was being written
       if (!window.input()->toPlainText().isEmpty() || !window.attachments().isEmpty()) return;
       if (ownTurn) {  // --prompt / --image: ready to send
         window.input()->setPlainText(ownText);

@@ -52,6 +52,7 @@
 #include "sample_turn.h"
 #include "tour_panel.h"
 #include "conversation_file.h"
+#include "draft_keeper.h"
 #include "conversation_view.h"
 #include "budget_control.h"
 #include "figure_export.h"
@@ -442,6 +443,10 @@ void MainWindow::buildCentral() {
   m_input = new ChatInput(left);
   m_input->setMaximumHeight(90);
   connect(m_input, &ChatInput::imagesAdded, this, &MainWindow::addAttachments);
+  m_draft = new DraftKeeper([this] { return DraftKeeper::Draft{m_input->toPlainText(), m_attachments}; },
+                            [this] { return m_hasModel ? m_model.dir : QString(); }, this);
+  connect(m_input, &QPlainTextEdit::textChanged, m_draft, &DraftKeeper::changed);
+  connect(m_draft, &DraftKeeper::failed, this, [this](const QString& message) { statusBar()->showMessage(message, 10000); });
   m_send = new QPushButton(tr("Send"), left);
   m_send->setToolTip(tr("Send the message (Ctrl+Return)"));
   m_send->setDefault(true);
@@ -739,6 +744,7 @@ void MainWindow::saveSettings() const {
 
 void MainWindow::closeEvent(QCloseEvent* event) {
   if (m_persist) saveSettings();
+  m_draft->flush();
   if (m_compare) m_compare->close();
   if (m_evaluate) m_evaluate->close();
   QMainWindow::closeEvent(event);
@@ -1068,6 +1074,18 @@ void MainWindow::setAutosaveFile(const QString& path) {
   Q_EMIT requestAutosaveFile(path);
 }
 
+void MainWindow::setDraftFile(const QString& path) { m_draft->setFile(path); }
+
+bool MainWindow::restoreDraft() {
+  if (!m_input->toPlainText().isEmpty() || !m_attachments.isEmpty()) return false;
+  const DraftKeeper::Draft d = m_draft->load();
+  if (d.text.isEmpty() && d.images.isEmpty()) return false;
+  m_input->setPlainText(d.text);
+  addAttachments(d.images);
+  m_input->moveCursor(QTextCursor::End);
+  return true;
+}
+
 void MainWindow::offerAutosaveRestore() {
   if (m_autosaveFile.isEmpty() || !QFileInfo::exists(m_autosaveFile)) return;
   int messages = 0;
@@ -1228,6 +1246,7 @@ void MainWindow::addAttachments(const QStringList& paths) {
                                                   : tr("Images: %1 · %2 image tokens").arg(names.join(QStringLiteral(", "))).arg(total));
   m_attachLabel->setToolTip(m_attachments.join(QLatin1Char('\n')));
   m_clearAttach->setVisible(!m_attachments.isEmpty());
+  if (m_draft) m_draft->changed();
 }
 
 void MainWindow::clearAttachments() {

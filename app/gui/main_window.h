@@ -26,6 +26,7 @@ class QDockWidget;
 class QScrollArea;
 class TourPanel;
 class ChatInput;
+class DraftKeeper;
 class PolicyOptionsForm;
 class QToolButton;
 class GenerationSettings;
@@ -86,6 +87,12 @@ class MainWindow : public QMainWindow {
   // default; the application sets defaultAutosaveFile()).
   void setAutosaveFile(const QString& path);
   const QString& autosaveFile() const { return m_autosaveFile; }
+  // The message being written (text and attached images) is kept in `path` as it is typed and on
+  // close ("" = off, the default; the application sets DraftKeeper::defaultFile()).
+  void setDraftFile(const QString& path);
+  // Puts the kept draft into the input when the input and the attachments are empty; true when
+  // there was one.
+  bool restoreDraft();
   // CPU threads for the model's math (0 = every core, the default; --threads, Conversation > CPU
   // threads…). threadsInUse(): what the worker thread runs with now.
   void setThreads(int threads);
@@ -352,6 +359,7 @@ class MainWindow : public QMainWindow {
   QWidget* m_loadBar = nullptr;  // busy indicator while a model loads
   QMenu* m_recentMenu = nullptr;
   QString m_autosaveFile;
+  DraftKeeper* m_draft = nullptr;
   QComboBox* m_gridMode = nullptr;
   int m_threads = 0;
   QString m_weights;

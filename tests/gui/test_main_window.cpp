@@ -21,6 +21,8 @@
 #include <QLabel>
 #include <QWheelEvent>
 #include <cmath>
+#include <signal.h>
+#include <unistd.h>
 #include <QDir>
 #include <QFileInfo>
 #include <QMessageBox>
@@ -59,6 +61,7 @@
 #include "recent_models.h"
 #include "policy_options_form.h"
 #include "conversation_view.h"
+#include "draft_keeper.h"
 #include "generation_settings.h"
 #include "head_grid.h"
 #include "head_strip.h"
@@ -67,12 +70,14 @@
 #include "modality_palette.h"
 #include "main_window.h"
 #include "model_picker.h"
+#include "quit_signals.h"
 #include "screenshot_run.h"
 #include "session_worker.h"
 #include "system_prompt_panel.h"
 #include "timeline_chart.h"
 #include "trimkv/core/compute_device.h"
 #include "trimkv/core/default_model.h"
+#include "trimkv/core/error.h"
 
 namespace {
 // The sanitizers run the model slower (tests/sanitize.sh): ThreadSanitizer 5-15 times, ASan about
@@ -703,6 +708,46 @@ class MainWindowTest : public QObject {
     box->button(QMessageBox::Open)->click();
     QVERIFY(loaded.wait(kTurnTimeoutMs));
     QCOMPARE(m_window->conversation()->messageCount(), 2);
+  }
+
+  // Ctrl+C of the real application with a message being written (issue 21's standard: nothing the
+  // user typed is lost): the Studio puts the message kept from the last run back into its input
+  // (else the sample question would replace it), then SIGINT closes it as the close button does
+  // (exit 130, its settings written) with the message still kept for the next start.
+  void aStudioStoppedByCtrlCKeepsTheMessageBeingWritten() {
+    QTemporaryDir home;
+    QVERIFY(home.isValid());
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    env.insert(QStringLiteral("XDG_DATA_HOME"), home.filePath(QStringLiteral("data")));
+    env.insert(QStringLiteral("XDG_CONFIG_HOME"), home.filePath(QStringLiteral("config")));
+    const QString draft = home.filePath(QStringLiteral("data/TrimKV/TrimKV Studio/autosave/draft.json"));
+    const QString typed = QStringLiteral("How many stars are there?");
+    QVERIFY(QDir().mkpath(QFileInfo(draft).absolutePath()));
+    saveConversationFile(draft,
+                         {{"user", {trimkv::ContentPart::image_part(kImage.toStdString()),
+                                    trimkv::ContentPart::text_part(typed.toStdString())}}},
+                         QString());
+    const QDateTime before = QFileInfo(draft).lastModified();
+    QTest::qWait(20);
+    QProcess studio;
+    studio.setProcessEnvironment(env);
+    studio.start(QStringLiteral(TRIMKV_STUDIO_PATH), {QStringLiteral("--model"), QStringLiteral(TRIMKV_DEMO_MODEL_DIR),
+                                                      QStringLiteral("--threads"), QStringLiteral("1")});
+    QVERIFY(studio.waitForStarted(10000));
+    // Put back into the input once the model is loaded, and so written again a moment later.
+    QTRY_VERIFY_WITH_TIMEOUT(QFileInfo(draft).lastModified() > before, kLoadTimeoutMs);
+    QCOMPARE(studio.state(), QProcess::Running);
+    QVERIFY(::kill(static_cast<pid_t>(studio.processId()), SIGINT) == 0);
+    QVERIFY(studio.waitForFinished(10000));
+    QCOMPARE(studio.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(studio.exitCode(), 128 + SIGINT);
+    QVERIFY(QFileInfo::exists(home.filePath(QStringLiteral("config/TrimKV/TrimKV Studio.conf"))));
+    const std::vector<trimkv::Message> kept = loadConversationFile(draft);
+    QCOMPARE(static_cast<int>(kept.size()), 1);
+    QCOMPARE(static_cast<int>(kept[0].content.size()), 2);
+    QCOMPARE(QImage(QString::fromStdString(kept[0].content[0].path)), QImage(kImage));
+    QCOMPARE(QString::fromStdString(kept[0].content[1].text), typed);
   }
 
   void theScreenshotModeSavesTheWindowWithTheInspector() {
@@ -2340,7 +2385,72 @@ class MainWindowTest : public QObject {
     QVERIFY2(label->text().contains(QStringLiteral("(%1 tokens)").arg(small)), qPrintable(label->text()));
     QCOMPARE(w.model().vision.longest_edge, 32);
   }
+
+  void theMessageBeingWrittenSurvivesAKill() {
+    // Typed text and an attached picture are kept a moment after the last change, with no close
+    // (a window destroyed unclosed is what a kill or a crash leaves); a pasted picture's file,
+    // which lives in a temporary folder, comes back as its copy.
+    QTemporaryDir dir, pasted;
+    const QString file = dir.filePath(QStringLiteral("draft.json"));
+    const QString image = pasted.filePath(QStringLiteral("pasted-1.png"));
+    QVERIFY(QFile::copy(kImage, image));
+    {
+      MainWindow w;
+      w.setDraftFile(file);
+      QTest::keyClicks(w.input(), QStringLiteral("How many stars are there?"));
+      w.addAttachments({image});
+      QTRY_VERIFY(QFileInfo::exists(file));
+    }
+    QVERIFY(pasted.remove());
+    MainWindow again;
+    again.setDraftFile(file);
+    QVERIFY(again.restoreDraft());
+    QCOMPARE(again.input()->toPlainText(), QStringLiteral("How many stars are there?"));
+    QCOMPARE(again.attachments().size(), 1);
+    QCOMPARE(QImage(again.attachments().first()), QImage(kImage));
+    QVERIFY(!again.restoreDraft());  // the input is not empty: nothing is replaced
+    // Emptied (as a send does) and closed: nothing is kept, the picture's copy goes too.
+    again.input()->clear();
+    again.clearAttachments();
+    again.close();
+    MainWindow third;
+    third.setDraftFile(file);
+    QVERIFY(!third.restoreDraft());
+    QCOMPARE(QDir(dir.filePath(QStringLiteral("draft-images"))).entryList(QDir::Files).size(), 0);
+    // No draft file set (the default, and --prompt / --send): nothing is written.
+    MainWindow off;
+    QTest::keyClicks(off.input(), QStringLiteral("x"));
+    QTest::qWait(DraftKeeper::kDelayMs * 2);
+    QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{QStringLiteral("draft.json")});
+  }
+
+  void aQuitSignalReachesTheEventLoop() {
+    // SIGINT and SIGTERM sent to the process arrive as a Qt signal on the object's thread (the
+    // application closes its window on it); it installs no handler for them (QtTest's own, if
+    // any, stays as it was).
+    for (int signo : {SIGINT, SIGTERM}) {
+      struct sigaction before {};
+      ::sigaction(signo, nullptr, &before);
+      QuitSignals quit;
+      QSignalSpy got(&quit, &QuitSignals::received);
+      QVERIFY(::kill(::getpid(), signo) == 0);
+      QVERIFY(got.wait(kEventTimeoutMs));
+      QCOMPARE(got.takeFirst().at(0).toInt(), signo);
+      struct sigaction now {};
+      ::sigaction(signo, nullptr, &now);
+      QVERIFY(now.sa_handler == before.sa_handler);
+    }
+  }
 };
 
-QTEST_MAIN(MainWindowTest)
+// QTEST_MAIN's, with the Studio's signal watcher started first (as its main() does), so that
+// SIGINT and SIGTERM reach QuitSignals in aQuitSignalReachesTheEventLoop.
+int main(int argc, char** argv) {
+  QuitSignals::startWatcher();
+  QApplication app(argc, argv);
+  app.setAttribute(Qt::AA_Use96Dpi, true);
+  QTEST_SET_MAIN_SOURCE_PATH
+  MainWindowTest test;
+  return QTest::qExec(&test, argc, argv);
+}
 #include "test_main_window.moc"
