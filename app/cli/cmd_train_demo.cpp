@@ -37,7 +37,6 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_real("describe", "P", "probability that an extra turn is a caption", 0, 1),
       ranged_real("attn-weight", "W", "weight of the attention targets (0: off)", 0, 1e6),
       ranged_real("image-probe-weight", "W", "weight of the image probe: visual tokens and 'In image k' words must say their image (default 0: none)", 0, 1e6),
-      {"token-counts", "", "the visual tokens of an object must also say how many objects of its image share its shape and its colour (a probe trained with the tower)"},
       {"no-number-hops", "", "the labels hop averages the whole label and question instead of looking at the image number (the earlier recipe)"},
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
@@ -82,7 +81,6 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.attn_weight = args.get_double("attn-weight", d.attn_weight);
   o.image_probe_weight = args.get_double("image-probe-weight", d.image_probe_weight);
   o.number_hops = !args.flag("no-number-hops");
-  o.token_counts = args.flag("token-counts");
   o.freeze_tower = !args.flag("train-tower");
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
@@ -118,9 +116,6 @@ int cmd_train_demo(int argc, char** argv, int first) {
                    "cells %.3f\n",
                    p.val_probe_objects, p.val_probe_attrs[0], p.val_probe_attrs[1], p.val_probe_attrs[2],
                    p.val_probe_empty);
-    if (p.val_probe_counts >= 0)
-      std::fprintf(stderr, "train-demo: token counts (object cells with both the shape's and the colour's count right) %.3f\n",
-                   p.val_probe_counts);
     if (p.val_found >= 0)
       std::fprintf(stderr, "train-demo: lookup probe (question words after the objects hop): all targets right %.3f\n",
                    p.val_found);

@@ -227,7 +227,7 @@ TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {
 
 TEST_CASE("demo data parallelism: the parts' shares add up to the batch's losses and gradients", "[demo][training]") {
   const std::string src = default_model_dir();
-  demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4, true, true);  // with the image probe and token counts
+  demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4, true);  // with the image probe
   const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
   const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), true);
   demo::DemoBatch batch;
@@ -625,68 +625,6 @@ TEST_CASE("demo image probe: rows are every visual token and each 'In image k' s
   l.image.backward();
   CHECK(probed.image_w.grad().defined());
   CHECK(probed.image_w.grad().abs().sum().item<double>() > 0);
-}
-
-TEST_CASE("demo token counts: an object's cell says how many objects share its shape and its colour", "[demo][training]") {
-  const std::string dir = default_model_dir();
-  const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), true);
-  int counted = 0, several = 0;
-  for (int64_t i = 0; i < 30; ++i) {
-    const world::Conversation conv = world::make_conversation(5, world::Split::Train, i, world::WorldOptions{});
-    for (const world::Scene& scene : conv.scenes) {
-      const at::Tensor t = data.scene_targets(scene);
-      REQUIRE(t.size(1) == 5);
-      auto acc = t.accessor<int64_t, 2>();
-      std::vector<int> owner(static_cast<size_t>(t.size(0)), -1);  // the first object centred in each cell
-      for (size_t j = 0; j < scene.objects.size(); ++j) {
-        const int64_t k = data.object_cell(scene, scene.objects[j]);
-        if (owner[static_cast<size_t>(k)] < 0) owner[static_cast<size_t>(k)] = static_cast<int>(j);
-      }
-      for (int64_t k = 0; k < t.size(0); ++k) {
-        if (owner[static_cast<size_t>(k)] < 0) {
-          CHECK(acc[k][3] == 0);
-          CHECK(acc[k][4] == 0);
-          continue;
-        }
-        const world::Object& o = scene.objects[static_cast<size_t>(owner[static_cast<size_t>(k)])];
-        int64_t same_shape = 0, same_color = 0;
-        for (const world::Object& x : scene.objects) same_shape += x.shape == o.shape, same_color += x.color == o.color;
-        CHECK(acc[k][1] == 1 + static_cast<int64_t>(o.shape));
-        CHECK(acc[k][3] == same_shape);
-        CHECK(acc[k][4] == same_color);
-        ++counted;
-        several += same_shape > 1;
-      }
-    }
-  }
-  CHECK(counted > 100);
-  CHECK(several > 10);
-
-  // The probe is drawn after every other weight, is one of the tower's stage's weights, and adds
-  // its two terms to the per-token loss with a gradient.
-  demo::DemoModel plain = demo::make_demo_model(dir + "/config.json", 4);
-  demo::DemoModel counts = demo::make_demo_model(dir + "/config.json", 4, false, true);
-  REQUIRE(counts.vision_params.size() == plain.vision_params.size() + 2);
-  CHECK(counts.vision_params.back().name == "count_probe.b");
-  for (size_t k = 0; k < plain.vision_params.size(); ++k) CHECK(at::equal(plain.vision_params[k].tensor, counts.vision_params[k].tensor));
-  for (size_t k = 0; k < plain.text_params.size(); ++k) CHECK(at::equal(plain.text_params[k].tensor, counts.text_params[k].tensor));
-  demo::DemoBatch batch;
-  demo::DemoData::Images images;
-  for (int64_t i = 0; i < 4; ++i)
-    data.add_images(world::make_conversation(5, world::Split::Train, i, world::WorldOptions{}).scenes, images);
-  demo::DemoData::finish(images, batch);
-  const demo::BatchLoss without = demo::batch_loss(plain, batch, false, true);
-  const demo::BatchLoss with = demo::batch_loss(counts, batch, false, true);
-  CHECK(without.c_object_counts == 0);
-  CHECK(with.n_object_cells == without.n_object_cells);
-  CHECK(with.c_object_counts <= with.n_object_cells);
-  // Untrained, each count term is about log(7) per cell: the loss grows by roughly twice that share.
-  CHECK(with.aux.item<double>() > without.aux.item<double>() + 0.2);
-  with.aux.backward();
-  CHECK(counts.count_w.grad().defined());
-  CHECK(counts.count_w.grad().abs().sum().item<double>() > 0);
-  CHECK(counts.vision_params.front().tensor.grad().defined());  // through the tower
 }
 
 TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets, or KL to even mass", "[demo][training]") {

@@ -42,7 +42,7 @@ int64_t DemoData::object_cell(const world::Scene& scene, const world::Object& o)
 }
 
 at::Tensor DemoData::scene_targets(const world::Scene& scene) const {
-  at::Tensor t = at::zeros({m_seq, 5}, at::kLong);
+  at::Tensor t = at::zeros({m_seq, 3}, at::kLong);
   auto acc = t.accessor<int64_t, 2>();
   // The model sees the scene resized to image_size: a token's cell is image_size / side pixels
   // of it, i.e. scene.image_size / side of the scene. Pixel centres are integers, the image
@@ -53,10 +53,6 @@ at::Tensor DemoData::scene_targets(const world::Scene& scene) const {
     acc[k][0] = 1 + static_cast<int64_t>(o.color);
     acc[k][1] = 1 + static_cast<int64_t>(o.shape);
     acc[k][2] = 1 + static_cast<int64_t>(o.size);
-    for (const world::Object& other : scene.objects) {
-      acc[k][3] += other.shape == o.shape;
-      acc[k][4] += other.color == o.color;
-    }
   }
   return t;
 }

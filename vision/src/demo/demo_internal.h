@@ -25,10 +25,6 @@ inline constexpr int kAuxColors = 1 + world::kNumColors;
 inline constexpr int kAuxShapes = 1 + world::kNumShapes;
 inline constexpr int kAuxSizes = 1 + world::kNumSizes;
 inline constexpr int kAuxOutputs = kAuxColors + kAuxShapes + kAuxSizes;
-// The token counts (DemoTrainOptions::token_counts): per visual token whose cell holds an object
-// centre, how many objects of the image share that object's shape and how many its colour (1..6;
-// 0: an empty cell). Column 3 and 4 of the vision stage's per-token targets.
-inline constexpr int kAuxCounts = 1 + world::kMaxObjectsLimit;
 // Per patch of the tower (before the pixel shuffle), the object covering the patch's centre
 // pixel: colour and shape classes as above. Local, dense evidence of shape for the tower.
 inline constexpr int kPatchOutputs = kAuxColors + kAuxShapes;
@@ -77,17 +73,13 @@ struct DemoModel {
   // [kMaxImagesLimit, text_hidden], [...]: the image probe (DemoTrainOptions::image_probe_weight),
   // reading the input of the objects hop's layer; undefined when the recipe has none.
   at::Tensor image_w, image_b;
-  // [2 kAuxCounts, text_hidden], [...]: the token counts' probe on the visual tokens (shape count,
-  // then colour count), trained with the tower; undefined when the recipe has none.
-  at::Tensor count_w, count_b;
   std::vector<NamedParameter> vision_params;  // tower + connector + probe
   std::vector<NamedParameter> text_params;    // decoder
 };
 // Fresh weights from `seed` (N(0, 0.02) matrices and embeddings, zero biases, unit norms), for
-// the config at `config_path`; with image_probe, the image probe too, and with token_counts the
-// token counts' probe (each drawn after every other weight: those are the same either way).
-DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe = false,
-                          bool token_counts = false);
+// the config at `config_path`; with image_probe, the image probe too (drawn last: the other
+// weights are the same either way).
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe = false);
 // Every exported tensor under its reference (transformers) name, as a view of the model's own
 // tensors (fused q/k/v and gate/up split by narrowing): the one naming table of export and import.
 std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const DemoModel& model);
@@ -157,7 +149,7 @@ struct DemoSequence {
 
 struct DemoBatch {
   at::Tensor pixels;       // [N, 3, S, S] every image of the batch
-  at::Tensor aux_targets;  // [N, seq, 5] int64: colour, shape, size classes, shape and colour counts
+  at::Tensor aux_targets;  // [N, seq, 3] int64: colour, shape, size classes
   at::Tensor patch_targets;  // [N, patches, 2] int64: colour, shape classes
   std::vector<DemoSequence> seqs;
 };
@@ -177,7 +169,7 @@ class DemoData {
   DemoSequence layout(const world::Conversation& conv, Images& images) const;
   // Pixel tensor of one scene, exactly as the processor makes it from the PNG: [1, 3, S, S].
   at::Tensor scene_pixels(const world::Scene& scene) const;
-  at::Tensor scene_targets(const world::Scene& scene) const;  // [seq, 5]: aux_targets' columns
+  at::Tensor scene_targets(const world::Scene& scene) const;  // [seq, 3]
   at::Tensor scene_patch_targets(const world::Scene& scene) const;  // [patches, 2]
   // The visual token (0..image_seq_len-1) whose cell holds the object's centre.
   int64_t object_cell(const world::Scene& scene, const world::Object& object) const;
@@ -227,7 +219,6 @@ struct BatchLoss {
   int64_t n_single = 0, c_single = 0, n_multi = 0, c_multi = 0;
   int64_t n_object_cells = 0, c_object_cells = 0, n_empty_cells = 0, c_empty_cells = 0;  // the probe
   std::array<int64_t, 3> c_object_attrs{};  // object cells with the colour, the shape, the size right
-  int64_t c_object_counts = 0;  // object cells with both token counts right (0 without the counts' probe)
 };
 // Logits [n_label, vocab] at a sequence's label positions, from the batch's visual tokens
 // feats [N, seq, hidden] (connector output) and its token ids, through the dense decoder.

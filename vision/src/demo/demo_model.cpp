@@ -132,7 +132,7 @@ void write_demo_side_files(const std::string& dir, const DemoModelSize& z, const
   write_text((fs::path(dir) / "chat_template.jinja").string(), kDemoChatTemplate);
 }
 
-DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe, bool token_counts) {
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe) {
   DemoModel m;
   m.tcfg = load_text_config(config_path);
   m.vcfg = Idefics3Config::from_file(config_path);
@@ -234,12 +234,6 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool im
     m.image_b = zeros(world::kMaxImagesLimit);
     tp.push_back({"image_probe.w", m.image_w, true});
     tp.push_back({"image_probe.b", m.image_b, false});
-  }
-  if (token_counts) {
-    m.count_w = normal({2 * kAuxCounts, h});
-    m.count_b = zeros(2 * kAuxCounts);
-    vp.push_back({"count_probe.w", m.count_w, true});
-    vp.push_back({"count_probe.b", m.count_b, false});
   }
   return m;
 }

@@ -137,16 +137,6 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
                              cells) +
             class_loss_share(patch.narrow(-1, 0, kAuxColors), batch.patch_targets.select(-1, 0), patches) +
             class_loss_share(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1), patches);
-  if (model.count_w.defined()) {  // the token counts
-    const at::Tensor counts = at::linear(feats, model.count_w, model.count_b);  // [N, seq, 2 kAuxCounts]
-    const at::Tensor shape_n = batch.aux_targets.select(-1, 3), color_n = batch.aux_targets.select(-1, 4);
-    out.aux = out.aux + class_loss_share(counts.narrow(-1, 0, kAuxCounts), shape_n, cells) +
-              class_loss_share(counts.narrow(-1, kAuxCounts, kAuxCounts), color_n, cells);
-    const at::Tensor right = (counts.narrow(-1, 0, kAuxCounts).detach().argmax(-1) == shape_n) &
-                             (counts.narrow(-1, kAuxCounts, kAuxCounts).detach().argmax(-1) == color_n) &
-                             (shape_n > 0);
-    out.c_object_counts = right.sum().item<int64_t>();
-  }
   {
     const int64_t n = feats.size(0), seq = feats.size(1), side = model.pos_w.size(0) / 2;
     const at::Tensor cell = at::arange(seq, at::kLong).unsqueeze(0).expand({n, seq});
@@ -161,7 +151,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
                                        probe.narrow(-1, kAuxColors, kAuxShapes).argmax(-1),
                                        probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes).argmax(-1)},
                                       -1);
-    const at::Tensor all_right = (pred == batch.aux_targets.narrow(-1, 0, 3)).all(-1);
+    const at::Tensor all_right = (pred == batch.aux_targets).all(-1);
     const at::Tensor object = batch.aux_targets.select(-1, 0) > 0;
     out.n_object_cells = object.sum().item<int64_t>();
     out.c_object_cells = (all_right & object).sum().item<int64_t>();
@@ -305,7 +295,6 @@ BatchLoss add_parts(const std::vector<BatchLoss>& parts) {
     t.n_object_cells += p.n_object_cells, t.c_object_cells += p.c_object_cells;
     t.n_empty_cells += p.n_empty_cells, t.c_empty_cells += p.c_empty_cells;
     for (size_t a = 0; a < 3; ++a) t.c_object_attrs[a] += p.c_object_attrs[a];
-    t.c_object_counts += p.c_object_counts;
     if (k == 0) continue;
     for (size_t h = 0; h < t.attn_hops.size(); ++h)
       if (t.attn_hops[h] >= 0) t.attn_hops[h] += p.attn_hops[h];
@@ -358,7 +347,6 @@ json options_json(const DemoTrainOptions& o) {
   if (!o.init_from.empty()) j["init_from"] = o.init_from;
   if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
   j["number_hops"] = o.number_hops;
-  if (o.token_counts) j["token_counts"] = true;  // only when used: checkpoints of the recipe before it still match
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
   return j;
@@ -486,7 +474,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   write_demo_side_files(dir.string(), o.size, ids);
   say("tokenizer: " + std::to_string(tok.vocab_size()) + " tokens");
 
-  DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0, o.token_counts);
+  DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0);
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
   const DemoData data(tok, o.size, proc, o.number_hops);
   int64_t n_params = 0;
@@ -531,7 +519,6 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     pr.val_probe_objects = frac(total.c_object_cells, total.n_object_cells);
     pr.val_probe_empty = frac(total.c_empty_cells, total.n_empty_cells);
     for (size_t a = 0; a < 3; ++a) pr.val_probe_attrs[a] = frac(total.c_object_attrs[a], total.n_object_cells);
-    if (model.count_w.defined()) pr.val_probe_counts = frac(total.c_object_counts, total.n_object_cells);
     pr.val_found = frac(total.c_found, total.n_found);
     pr.val_image = frac(total.c_image, total.n_image);
   };

@@ -100,13 +100,6 @@ struct DemoTrainOptions {
   // a tenth of its weight, and an in-image count that went wrong put 22% of that hop's attention
   // on other images' objects (right ones 15%).
   bool number_hops = true;
-  // The token counts: in the vision stage (and, through the connector, the chat stages) a linear
-  // probe on each visual token holding an object centre must say how many objects of the image
-  // share that object's shape and how many its colour, so that the tower puts the count in the
-  // tokens the objects hop reads (measured on the model before: a linear read of the frozen tokens
-  // got the shape count 44.6% right, the most frequent count alone 41.3%), instead of the decoder
-  // reading it from the share of its attention alone.
-  bool token_counts = false;
   // The chat stages train the connector and the decoder, not the tower: with the language loss
   // flowing into it, the tower forgot what the vision stage taught it (the visual-token probe
   // fell from 97% to 22-46% of object cells in a few hundred steps), and the decoder then had
@@ -157,7 +150,6 @@ struct DemoProgress {
   double val_probe_objects = -1;  // probe: object-centre cells with colour, shape and size right
   double val_probe_empty = -1;    // probe: empty cells predicted empty
   std::array<double, 3> val_probe_attrs{-1, -1, -1};  // probe: object cells' colour, shape, size right
-  double val_probe_counts = -1;  // token counts: object cells with both counts right (-1: not in the recipe)
   double val_found = -1;          // lookup probe: question words with every target right
   double val_image = -1;          // image probe: visual tokens and asked-about words right (-1: no probe)
   bool checkpointed = false;
