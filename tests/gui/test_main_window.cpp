@@ -156,6 +156,22 @@ class MainWindowTest : public QObject {
     QCOMPARE(*s.budget_per_head, int64_t{budget});
   }
 
+  // A home for a trimkv-studio process: offscreen, its settings (config/TrimKV/...) and data
+  // (data/TrimKV/TrimKV Studio/..., the autosave and the draft) in a temporary folder.
+  struct StudioHome {
+    QTemporaryDir dir;
+    QProcessEnvironment env() const {
+      QProcessEnvironment e = QProcessEnvironment::systemEnvironment();
+      e.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+      e.insert(QStringLiteral("XDG_DATA_HOME"), dir.filePath(QStringLiteral("data")));
+      e.insert(QStringLiteral("XDG_CONFIG_HOME"), dir.filePath(QStringLiteral("config")));
+      return e;
+    }
+    QString autosaved(const QString& name) const {
+      return dir.filePath(QStringLiteral("data/TrimKV/TrimKV Studio/autosave/") + name);
+    }
+  };
+
   // With TRIMKV_GUI_SHOTS=DIR, saves what `w` shows to DIR/name (to look at the windows).
   QRect onWindowRect(QWidget* w) const { return {w->mapTo(m_window.get(), QPoint(0, 0)), w->size()}; }
 
@@ -625,13 +641,10 @@ class MainWindowTest : public QObject {
   // by --prompt ... --send; its second prompt is long (seconds of prefill), and the kill comes
   // 100 ms after the Studio says it sent that turn, while it is being read in.
   void aStudioKilledMidAnswerKeepsTheLastCompletedTurn() {
-    QTemporaryDir home;
-    QVERIFY(home.isValid());
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
-    env.insert(QStringLiteral("XDG_DATA_HOME"), home.filePath(QStringLiteral("data")));
-    env.insert(QStringLiteral("XDG_CONFIG_HOME"), home.filePath(QStringLiteral("config")));
-    const QString autosave = home.filePath(QStringLiteral("data/TrimKV/TrimKV Studio/autosave/conversation.json"));
+    const StudioHome home;
+    QVERIFY(home.dir.isValid());
+    const QProcessEnvironment env = home.env();
+    const QString autosave = home.autosaved(QStringLiteral("conversation.json"));
     const QString first = QStringLiteral("What shape is the orange object?");
     // -1: the file does not load (torn); else the messages it holds (0 when there is none).
     auto messagesIn = [&autosave]() -> int {
@@ -715,13 +728,9 @@ class MainWindowTest : public QObject {
   // (else the sample question would replace it), then SIGINT closes it as the close button does
   // (exit 130, its settings written) with the message still kept for the next start.
   void aStudioStoppedByCtrlCKeepsTheMessageBeingWritten() {
-    QTemporaryDir home;
-    QVERIFY(home.isValid());
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
-    env.insert(QStringLiteral("XDG_DATA_HOME"), home.filePath(QStringLiteral("data")));
-    env.insert(QStringLiteral("XDG_CONFIG_HOME"), home.filePath(QStringLiteral("config")));
-    const QString draft = home.filePath(QStringLiteral("data/TrimKV/TrimKV Studio/autosave/draft.json"));
+    const StudioHome home;
+    QVERIFY(home.dir.isValid());
+    const QString draft = home.autosaved(QStringLiteral("draft.json"));
     const QString typed = QStringLiteral("How many stars are there?");
     QVERIFY(QDir().mkpath(QFileInfo(draft).absolutePath()));
     saveConversationFile(draft,
@@ -731,7 +740,7 @@ class MainWindowTest : public QObject {
     const QDateTime before = QFileInfo(draft).lastModified();
     QTest::qWait(20);
     QProcess studio;
-    studio.setProcessEnvironment(env);
+    studio.setProcessEnvironment(home.env());
     studio.start(QStringLiteral(TRIMKV_STUDIO_PATH), {QStringLiteral("--model"), QStringLiteral(TRIMKV_DEMO_MODEL_DIR),
                                                       QStringLiteral("--threads"), QStringLiteral("1")});
     QVERIFY(studio.waitForStarted(10000));
@@ -742,7 +751,7 @@ class MainWindowTest : public QObject {
     QVERIFY(studio.waitForFinished(10000));
     QCOMPARE(studio.exitStatus(), QProcess::NormalExit);
     QCOMPARE(studio.exitCode(), 128 + SIGINT);
-    QVERIFY(QFileInfo::exists(home.filePath(QStringLiteral("config/TrimKV/TrimKV Studio.conf"))));
+    QVERIFY(QFileInfo::exists(home.dir.filePath(QStringLiteral("config/TrimKV/TrimKV Studio.conf"))));
     const std::vector<trimkv::Message> kept = loadConversationFile(draft);
     QCOMPARE(static_cast<int>(kept.size()), 1);
     QCOMPARE(static_cast<int>(kept[0].content.size()), 2);
