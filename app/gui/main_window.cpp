@@ -1081,7 +1081,8 @@ bool MainWindow::restoreDraft() {
   const DraftKeeper::Draft d = m_draft->load();
   if (d.text.isEmpty() && d.images.isEmpty()) return false;
   m_input->setPlainText(d.text);
-  addAttachments(d.images);
+  // A text model takes no images: the text alone comes back, without addAttachments' error dialog.
+  if (!m_hasModel || m_model.vision.takes_images()) addAttachments(d.images);
   m_input->moveCursor(QTextCursor::End);
   return true;
 }

@@ -90,8 +90,8 @@ class MainWindow : public QMainWindow {
   // The message being written (text and attached images) is kept in `path` as it is typed and on
   // close ("" = off, the default; the application sets DraftKeeper::defaultFile()).
   void setDraftFile(const QString& path);
-  // Puts the kept draft into the input when the input and the attachments are empty; true when
-  // there was one.
+  // Puts the kept draft into the input when the input and the attachments are empty (its images
+  // only when the model takes images); true when there was one.
   bool restoreDraft();
   // CPU threads for the model's math (0 = every core, the default; --threads, Conversation > CPU
   // threads…). threadsInUse(): what the worker thread runs with now.

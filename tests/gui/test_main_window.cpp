@@ -2433,6 +2433,28 @@ class MainWindowTest : public QObject {
     QCOMPARE(QDir(dir.path()).entryList(QDir::Files), QStringList{QStringLiteral("draft.json")});
   }
 
+  void aTextModelGetsTheDraftsTextWithoutItsImages() {
+    // A draft with a picture, put back under a model that takes none: the text comes back, the
+    // picture is left out silently (no "takes no images" dialog at the start).
+    QTemporaryDir dir;
+    const QString file = dir.filePath(QStringLiteral("draft.json"));
+    saveConversationFile(file,
+                         {{"user", {trimkv::ContentPart::image_part(kImage.toStdString()),
+                                    trimkv::ContentPart::text_part("Hello")}}},
+                         QString());
+    MainWindow w;
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.openModel(QStringLiteral(TRIMKV_TEST_DATA_DIR "/gguf/llama_gqa.q8_0-q8_0.gguf"));
+    QVERIFY(loaded.wait(kLoadTimeoutMs));
+    for (QMessageBox* box : w.findChildren<QMessageBox*>()) box->accept();  // the GGUF's notes
+    QSignalSpy errors(&w, &MainWindow::errorReported);
+    w.setDraftFile(file);
+    QVERIFY(w.restoreDraft());
+    QCOMPARE(w.input()->toPlainText(), QStringLiteral("Hello"));
+    QVERIFY(w.attachments().isEmpty());
+    QCOMPARE(errors.count(), 0);
+  }
+
   void aQuitSignalReachesTheEventLoop() {
     // SIGINT and SIGTERM sent to the process arrive as a Qt signal on the object's thread (the
     // application closes its window on it); it installs no handler for them (QtTest's own, if
