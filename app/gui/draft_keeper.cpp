@@ -2,21 +2,15 @@
 
 #include <QDir>
 #include <QFileInfo>
-#include <QStandardPaths>
 #include <exception>
 
 #include "conversation_file.h"
 
-DraftKeeper::DraftKeeper(std::function<Draft()> current, std::function<QString()> model, QObject* parent)
-    : QObject(parent), m_current(std::move(current)), m_model(std::move(model)) {
+DraftKeeper::DraftKeeper(std::function<Draft()> current, QObject* parent)
+    : QObject(parent), m_current(std::move(current)) {
   m_timer.setSingleShot(true);
   m_timer.setInterval(kDelayMs);
   connect(&m_timer, &QTimer::timeout, this, &DraftKeeper::write);
-}
-
-QString DraftKeeper::defaultFile() {
-  return QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation))
-      .filePath(QStringLiteral("autosave/draft.json"));
 }
 
 void DraftKeeper::setFile(const QString& path) {
@@ -35,8 +29,8 @@ void DraftKeeper::flush() {
   }
 }
 
+// Runs only with a file set: the timer starts only then, and setFile stops it.
 void DraftKeeper::write() {
-  if (m_path.isEmpty()) return;
   const Draft d = m_current();
   // An empty draft is a file of no messages: the copies of earlier drafts' images go with it.
   std::vector<trimkv::Message> messages;
@@ -48,7 +42,7 @@ void DraftKeeper::write() {
   }
   try {
     QDir().mkpath(QFileInfo(m_path).absolutePath());
-    saveConversationFile(m_path, messages, m_model());
+    saveConversationFile(m_path, messages, QString());  // a draft belongs to no model
   } catch (const std::exception& e) {
     Q_EMIT failed(tr("The message being written could not be kept in %1: %2").arg(m_path, QString::fromUtf8(e.what())));
   }

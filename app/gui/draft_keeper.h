@@ -16,15 +16,12 @@ class DraftKeeper : public QObject {
  public:
   struct Draft {
     QString text;
-    QStringList images;  // the copies beside the file that still exist
+    QStringList images;  // image files (from load(): the copies beside the file that still exist)
   };
-  // `current` gives the draft as it is now; `model` the model folder the file records.
-  DraftKeeper(std::function<Draft()> current, std::function<QString()> model, QObject* parent = nullptr);
+  // `current` gives the draft as it is now.
+  explicit DraftKeeper(std::function<Draft()> current, QObject* parent = nullptr);
 
-  // "" (the default) keeps nothing; the application sets defaultFile().
-  void setFile(const QString& path);
-  const QString& file() const { return m_path; }
-  static QString defaultFile();  // <AppDataLocation>/autosave/draft.json
+  void setFile(const QString& path);  // "" (the default) keeps nothing
 
   void changed();  // the text or the attachments changed: written after kDelayMs
   void flush();    // a write that is due happens now
@@ -40,7 +37,6 @@ class DraftKeeper : public QObject {
  private:
   void write();
   std::function<Draft()> m_current;
-  std::function<QString()> m_model;
   QString m_path;
   QTimer m_timer;
 };

@@ -15,7 +15,6 @@
 
 #include "main_window.h"
 #include "chat_input.h"
-#include "draft_keeper.h"
 #include "quit_signals.h"
 #include "sample_turn.h"
 #include "scripted_turns.h"
@@ -174,7 +173,7 @@ int main(int argc, char** argv) {
   window.setAutosaveFile(MainWindow::defaultAutosaveFile());
   // The message being written is kept as it is typed; --prompt / --image / --send fill the input
   // themselves, so they leave the kept one alone for the next plain start.
-  if (!ownTurn && !parser.isSet(sendOpt)) window.setDraftFile(DraftKeeper::defaultFile());
+  if (!ownTurn && !parser.isSet(sendOpt)) window.setDraftFile(MainWindow::defaultDraftFile());
   window.show();
   // The sample conversation, ready to send: its question in the input, its image attached.
   QTemporaryDir samples;

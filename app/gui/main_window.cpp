@@ -443,8 +443,7 @@ void MainWindow::buildCentral() {
   m_input = new ChatInput(left);
   m_input->setMaximumHeight(90);
   connect(m_input, &ChatInput::imagesAdded, this, &MainWindow::addAttachments);
-  m_draft = new DraftKeeper([this] { return DraftKeeper::Draft{m_input->toPlainText(), m_attachments}; },
-                            [this] { return m_hasModel ? m_model.dir : QString(); }, this);
+  m_draft = new DraftKeeper([this] { return DraftKeeper::Draft{m_input->toPlainText(), m_attachments}; }, this);
   connect(m_input, &QPlainTextEdit::textChanged, m_draft, &DraftKeeper::changed);
   connect(m_draft, &DraftKeeper::failed, this, [this](const QString& message) { statusBar()->showMessage(message, 10000); });
   m_send = new QPushButton(tr("Send"), left);
@@ -988,10 +987,15 @@ void MainWindow::chooseConversationToOpen() {
   if (!path.isEmpty()) loadConversation(path);
 }
 
-QString MainWindow::defaultAutosaveFile() {
-  return QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation))
-      .filePath(QStringLiteral("autosave/conversation.json"));
+namespace {
+QString autosaveFolder() {
+  return QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation)).filePath(QStringLiteral("autosave"));
 }
+}  // namespace
+
+QString MainWindow::defaultAutosaveFile() { return QDir(autosaveFolder()).filePath(QStringLiteral("conversation.json")); }
+
+QString MainWindow::defaultDraftFile() { return QDir(autosaveFolder()).filePath(QStringLiteral("draft.json")); }
 
 void MainWindow::setThreads(int threads) {
   m_threads = std::max(threads, 0);

@@ -88,7 +88,7 @@ class MainWindow : public QMainWindow {
   void setAutosaveFile(const QString& path);
   const QString& autosaveFile() const { return m_autosaveFile; }
   // The message being written (text and attached images) is kept in `path` as it is typed and on
-  // close ("" = off, the default; the application sets DraftKeeper::defaultFile()).
+  // close ("" = off, the default; the application sets defaultDraftFile()).
   void setDraftFile(const QString& path);
   // Puts the kept draft into the input when the input and the attachments are empty (its images
   // only when the model takes images); true when there was one.
@@ -118,6 +118,7 @@ class MainWindow : public QMainWindow {
   int imageSize() const { return m_imageSize; }
   int threadsInUse() const;
   static QString defaultAutosaveFile();  // <AppDataLocation>/autosave/conversation.json
+  static QString defaultDraftFile();     // <AppDataLocation>/autosave/draft.json
   // When the autosave file holds a conversation, asks (non-modal) whether to open it; autosaving
   // pauses until the answer, so the conversation on offer is not overwritten meanwhile.
   void offerAutosaveRestore();

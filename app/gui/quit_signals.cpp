@@ -14,5 +14,6 @@ QuitSignals::QuitSignals(QObject* parent) : QObject(parent) {
   });
 }
 
-// The action is unregistered first (its destructor waits for a running one), then the object goes.
-QuitSignals::~QuitSignals() { m_action.reset(); }
+// Here, where InterruptAction is complete. m_action, the last member, goes first: its destructor
+// unregisters the action and waits for a running one.
+QuitSignals::~QuitSignals() = default;

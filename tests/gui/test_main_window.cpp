@@ -172,6 +172,15 @@ class MainWindowTest : public QObject {
     }
   };
 
+  // A kept draft as the Studio writes it: one user message, kImage and `text`.
+  static void keepDraft(const QString& file, const QString& text) {
+    QVERIFY(QDir().mkpath(QFileInfo(file).absolutePath()));
+    saveConversationFile(file,
+                         {{"user", {trimkv::ContentPart::image_part(kImage.toStdString()),
+                                    trimkv::ContentPart::text_part(text.toStdString())}}},
+                         QString());
+  }
+
   // With TRIMKV_GUI_SHOTS=DIR, saves what `w` shows to DIR/name (to look at the windows).
   QRect onWindowRect(QWidget* w) const { return {w->mapTo(m_window.get(), QPoint(0, 0)), w->size()}; }
 
@@ -732,11 +741,7 @@ class MainWindowTest : public QObject {
     QVERIFY(home.dir.isValid());
     const QString draft = home.autosaved(QStringLiteral("draft.json"));
     const QString typed = QStringLiteral("How many stars are there?");
-    QVERIFY(QDir().mkpath(QFileInfo(draft).absolutePath()));
-    saveConversationFile(draft,
-                         {{"user", {trimkv::ContentPart::image_part(kImage.toStdString()),
-                                    trimkv::ContentPart::text_part(typed.toStdString())}}},
-                         QString());
+    keepDraft(draft, typed);
     const QDateTime before = QFileInfo(draft).lastModified();
     QTest::qWait(20);
     QProcess studio;
@@ -2438,10 +2443,7 @@ class MainWindowTest : public QObject {
     // picture is left out silently (no "takes no images" dialog at the start).
     QTemporaryDir dir;
     const QString file = dir.filePath(QStringLiteral("draft.json"));
-    saveConversationFile(file,
-                         {{"user", {trimkv::ContentPart::image_part(kImage.toStdString()),
-                                    trimkv::ContentPart::text_part("Hello")}}},
-                         QString());
+    keepDraft(file, QStringLiteral("Hello"));
     MainWindow w;
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
     w.openModel(QStringLiteral(TRIMKV_TEST_DATA_DIR "/gguf/llama_gqa.q8_0-q8_0.gguf"));
