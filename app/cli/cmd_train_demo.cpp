@@ -25,6 +25,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_int("short-steps", "N", "steps of the 1-3 image chat stage (default " + std::to_string(d.chat_short.steps) + ")", 0, 10000000),
       ranged_int("chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")", 0, 10000000),
       ranged_int("polish-steps", "N", "steps of the low-rate pass after the chat stage (default " + std::to_string(d.polish.steps) + "; 0: the recipe before it)", 0, 10000000),
+      ranged_int("image-size", "PX", "side of the model's input images, the processor's resize target (default " + std::to_string(d.size.image_size) + ")", vision::world::kMinImageSize, vision::world::kMaxImageSize),
+      ranged_int("patch-size", "PX", "side of the tower's patches (default " + std::to_string(d.size.patch_size) + "; image-size / patch-size must be even: 2x2 patches make a visual token)", 1, vision::world::kMaxImageSize),
       ranged_real("vision-lr", "LR", "peak learning rate of the vision stage", 1e-10, 10),
       ranged_real("chat-lr", "LR", "peak learning rate of the chat-short stage; the chat and polish stages' rates scale with it (default " + number_text(d.chat_short.lr) + ": chat " + number_text(d.chat.lr) + ", polish " + number_text(d.polish.lr) + ")", 1e-10, 10),
       ranged_int("gate-steps", "N", "steps of gate training (default " + std::to_string(d.gate_steps) + ")", 0, 10000000),
@@ -61,6 +63,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
   vision::DemoTrainOptions o;
   o.out_dir = args.require("out");
   o.seed = static_cast<uint64_t>(args.get_int("seed", 1));
+  o.size.image_size = args.get_int("image-size", d.size.image_size);
+  o.size.patch_size = args.get_int("patch-size", d.size.patch_size);
   o.vision.steps = args.get_int("vision-steps", static_cast<int>(d.vision.steps));
   o.chat_short.steps = args.get_int("short-steps", static_cast<int>(d.chat_short.steps));
   o.chat.steps = args.get_int("chat-steps", static_cast<int>(d.chat.steps));

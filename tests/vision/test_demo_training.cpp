@@ -223,6 +223,12 @@ TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {
   o = tiny(dir.file("m"));
   o.shards = 0;
   CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("--shards"));
+  o = tiny(dir.file("m"));
+  o.size.image_size = 100;  // 12.5 patches of 8: refused before the tokenizer is trained
+  CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("--image-size 100 must be a multiple of 16"));
+  o.size.patch_size = 10;
+  o.size.image_size = 150;  // 15 patches of 10 a side: not pairs of patches
+  CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("multiple of 20 (--patch-size 10"));
 }
 
 TEST_CASE("demo data parallelism: the parts' shares add up to the batch's losses and gradients", "[demo][training]") {
