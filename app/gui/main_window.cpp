@@ -1086,7 +1086,7 @@ bool MainWindow::restoreDraft() {
   if (d.text.isEmpty() && d.images.isEmpty()) return false;
   m_input->setPlainText(d.text);
   // A text model takes no images: the text alone comes back, without addAttachments' error dialog.
-  if (!m_hasModel || m_model.vision.takes_images()) addAttachments(d.images);
+  if (!textOnlyModel()) addAttachments(d.images);
   m_input->moveCursor(QTextCursor::End);
   return true;
 }
@@ -1224,7 +1224,7 @@ void MainWindow::attachImages() {
 }
 
 void MainWindow::addAttachments(const QStringList& paths) {
-  if (!paths.isEmpty() && m_hasModel && !m_model.vision.takes_images()) {
+  if (!paths.isEmpty() && textOnlyModel()) {
     showError(tr("This model takes no images"),
               tr("%1 is a text model: its messages are text only.").arg(QFileInfo(m_model.dir).fileName()));
     return;

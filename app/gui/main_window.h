@@ -383,6 +383,8 @@ class MainWindow : public QMainWindow {
 
   ModelSummary m_model;
   bool m_hasModel = false;
+  // A model is loaded and it reads text only: attached images are refused.
+  bool textOnlyModel() const { return m_hasModel && !m_model.vision.takes_images(); }
   bool m_userChosePolicy = false;  // else a loaded model gets defaultEviction()
   trimkv::EvictionSettings m_eviction;  // in force in the worker
   InspectorFrame m_lastFrame;

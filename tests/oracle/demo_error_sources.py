@@ -151,8 +151,9 @@ def counting(world_jsonl, records_jsonl, side):
                 cells = [centre_cell(o, s, side) for o in s["objects"] if match(o)]
                 if len(cells) >= 2:
                     near = any(neighbours(a, b, side) for i, a in enumerate(cells) for b in cells[i + 1:])
-                    by_place[(kind, "two in neighbouring cells" if near else "all apart")][0] += bool(r["correct"])
-                    by_place[(kind, "two in neighbouring cells" if near else "all apart")][1] += 1
+                    tally = by_place[(kind, "two in neighbouring cells" if near else "all apart")]
+                    tally[0] += bool(r["correct"])
+                    tally[1] += 1
                     break
             if kind != "total_shape":
                 answers[kind][(r["expected"], r["generated"].strip())] += 1

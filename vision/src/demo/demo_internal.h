@@ -46,7 +46,10 @@ struct SpecialIds {
 
 // --- the model (demo_model.cpp) ---------------------------------------------------------------
 
-// config.json of the demo model.
+// Error{Input} when the sizes make no model: heads that do not divide widths, or an image side
+// that is not a whole number of visual tokens (patch_size x scale_factor pixels each).
+void check_demo_size(const DemoModelSize& size);
+// config.json of the demo model (checks the sizes first).
 nlohmann::json demo_config_json(const DemoModelSize& size, int64_t vocab_size, const SpecialIds& ids);
 // processor_config.json (no splitting: one tile of image_size), generation_config.json,
 // tokenizer_config.json and chat_template.jinja into `dir` (config.json and tokenizer.json are

@@ -46,12 +46,18 @@ SpecialIds SpecialIds::from(const Tokenizer& tok) {
   return s;
 }
 
+void check_demo_size(const DemoModelSize& z) {
+  TRIMKV_CHECK(z.text_heads > 0 && z.text_kv_heads > 0 && z.vision_heads > 0 && z.text_hidden % z.text_heads == 0 &&
+                   z.text_heads % z.text_kv_heads == 0 && z.vision_hidden % z.vision_heads == 0,
+               Input, "demo model sizes are inconsistent (heads must divide widths, KV heads the query heads)");
+  const int token_side = z.patch_size * z.scale_factor;  // pixels of one visual token's side
+  TRIMKV_CHECK(z.patch_size >= 1 && z.scale_factor >= 1 && z.image_size % token_side == 0, Input, "--image-size ",
+               z.image_size, " must be a multiple of ", token_side, " (--patch-size ", z.patch_size, " x ",
+               z.scale_factor, " patches per visual token's side)");
+}
+
 json demo_config_json(const DemoModelSize& z, int64_t vocab_size, const SpecialIds& ids) {
-  TRIMKV_CHECK(z.text_hidden % z.text_heads == 0 && z.text_heads % z.text_kv_heads == 0 &&
-                   z.vision_hidden % z.vision_heads == 0 && z.image_size % z.patch_size == 0 &&
-                   (z.image_size / z.patch_size) % z.scale_factor == 0,
-               Input, "demo model sizes are inconsistent (heads must divide widths, patch the image size, "
-               "scale factor the patch grid)");
+  check_demo_size(z);
   json text = {{"model_type", "llama"},
                {"vocab_size", vocab_size},
                {"hidden_size", z.text_hidden},

@@ -372,10 +372,7 @@ void check_options(const DemoTrainOptions& o) {
   TRIMKV_CHECK(o.shards >= 1 && o.shards <= 64, Input, "--shards must be in 1..64, got ", o.shards);
   TRIMKV_CHECK(o.size.image_size >= world::kMinImageSize && o.size.image_size <= world::kMaxImageSize, Input,
                "image size must be in ", world::kMinImageSize, "..", world::kMaxImageSize);
-  const int grid = o.size.patch_size * o.size.scale_factor;  // pixels of one visual token's side
-  TRIMKV_CHECK(o.size.patch_size >= 1 && o.size.image_size % grid == 0, Input, "--image-size ", o.size.image_size,
-               " must be a multiple of ", grid, " (--patch-size ", o.size.patch_size, " x ", o.size.scale_factor,
-               " patches per visual token's side)");
+  check_demo_size(o.size);  // before the tokenizer is trained, not at the config it writes
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
