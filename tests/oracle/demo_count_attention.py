@@ -5,7 +5,10 @@ conversation up to that turn with transformers (the demo model's own chat templa
 before it), and reads layer 1's attention (the objects hop, query heads 0 and 1) from the counted
 word: the share on the word itself (taught: 1 / (n + 1) for n matching objects), on the matching
 objects' cells, on the other cells of the images asked about, and on other images' tokens.
-Grouped by n and by whether `trimkv eval --records` found the answer right.
+Grouped by n and by whether `trimkv eval --records` found the answer right. Then, by n, how
+precisely the share tells n: its spread, how often the count nearest to it (n' with 1 / (n' + 1)
+closest) is n, against how often the model answered n, and the model's probability of the right
+digit where it chooses it (the step after the answer's leading space).
 
 Usage (oracle environment): demo_count_attention.py MODEL_DIR WORLD.jsonl RECORDS.jsonl [OUT.json]
 """
@@ -31,6 +34,7 @@ def main(model_dir, world_jsonl, records, out_path=None):
                                                              dtype=torch.float32).eval()
     tok = proc.tokenizer
     image_id = tok.convert_tokens_to_ids("<image>")
+    digits = {d: tok.encode(str(d), add_special_tokens=False) for d in range(10)}
 
     def word_ids(names, plural):
         out = {}
@@ -52,9 +56,14 @@ def main(model_dir, world_jsonl, records, out_path=None):
                 continue
             msgs, images = messages(conv, world, k + 1)
             text = proc.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-            inputs = proc(text=[text], images=[images], return_tensors="pt")
+            # With the answer's leading space: the last position is where the digit is chosen (the
+            # rows before it are the same without it).
+            inputs = proc(text=[text + " "], images=[images], return_tensors="pt")
             with torch.no_grad():
-                att = model(**inputs, output_attentions=True).attentions[1][0]  # [heads, q, k]
+                out = model(**inputs, output_attentions=True)
+            att = out.attentions[1][0]  # [heads, q, k]
+            digit = digits.get(int(turn["answer"]), [])
+            p_right = float(torch.softmax(out.logits[0, -1], -1)[digit[0]]) if len(digit) == 1 else None
             ids = inputs["input_ids"][0].tolist()
             image_pos = [p for p, x in enumerate(ids) if x == image_id]
             # The counted word: the question's last colour (count_color) or shape word.
@@ -80,7 +89,7 @@ def main(model_dir, world_jsonl, records, out_path=None):
             for head in (0, 1):
                 a = att[head, anchor]
                 rows.append({"id": conv["id"], "turn": k, "type": kind, "head": head, "n": n,
-                             "correct": record.get("correct"),
+                             "correct": record.get("correct"), "p_right": p_right,
                              "self": float(a[anchor]), "match": float(sum(a[p] for p in cells)),
                              "other_cells": float(sum(a[p] for p in asked - cells)),
                              "other_images": float(sum(a[p] for p in image_pos if p not in asked))})
@@ -95,6 +104,19 @@ def main(model_dir, world_jsonl, records, out_path=None):
         mean = lambda f: sum(r[f] for r in g) / len(g)
         print(f"{key[0]}  {str(key[1]):5}  {len(g) // 2:5}  {mean('self'):.3f}  {mean('match'):.3f}  "
               f"{mean('other_cells'):.3f}        {mean('other_images'):.3f}")
+    print("n  turns  self share: median  10-90%      right: model  nearest 1/(n'+1)  mean p(right digit)")
+    by_n = collections.defaultdict(list)
+    for r in rows:
+        if r["head"] == 0 and r["n"] > 0 and r["correct"] is not None:
+            by_n[min(r["n"], 4)].append(r)
+    for n in sorted(by_n):
+        g = by_n[n]
+        share = sorted(r["self"] for r in g)
+        nearest = sum(min(range(1, 10), key=lambda k: abs(1 / (k + 1) - r["self"])) == r["n"] for r in g)
+        ps = [r["p_right"] for r in g if r["p_right"] is not None]
+        print(f"{n}{'+' if n == 4 else ' '} {len(g):6}  {share[len(share) // 2]:.2f}  "
+              f"{share[len(share) // 10]:.2f}-{share[(9 * len(share)) // 10]:.2f}   "
+              f"{sum(bool(r['correct']) for r in g):5} {nearest:8}       {sum(ps) / max(1, len(ps)):.2f}")
     for in_image in (True, False):
         g = [r for r in rows if r["type"].startswith("in_image") == in_image]
         for right in (True, False):
