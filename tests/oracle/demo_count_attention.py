@@ -8,9 +8,13 @@ objects' cells, on the other cells of the images asked about, and on other image
 Grouped by n and by whether `trimkv eval --records` found the answer right. Then, by n, how
 precisely the share tells n: its spread, how often the count nearest to it (n' with 1 / (n' + 1)
 closest) is n, against how often the model answered n, and the model's probability of the right
-digit where it chooses it (the step after the answer's leading space).
+digit where it chooses it (the step after the answer's leading space). With the run's training
+checkpoint (DIR/train/checkpoint.safetensors, which holds the vision stage's probe), also: for counts
+of two or more, each matching object's share relative to an even split against the probe's margin
+for the counted colour or shape at its cell (its logit less the best other class's, "no object"
+included): whether the objects the hop under-weights are those the tower sees weakly.
 
-Usage (oracle environment): demo_count_attention.py MODEL_DIR WORLD.jsonl RECORDS.jsonl [OUT.json]
+Usage (oracle environment): demo_count_attention.py MODEL_DIR WORLD.jsonl RECORDS.jsonl [OUT.json [CHECKPOINT]]
 """
 import collections
 import json
@@ -27,8 +31,14 @@ COLORS = ["red", "green", "blue", "yellow", "purple", "orange"]
 SIDE = 6  # visual tokens per image side (36 per image)
 
 
-def main(model_dir, world_jsonl, records, out_path=None):
+def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
     world = Path(world_jsonl).parent
+    probe = None
+    if checkpoint:
+        from safetensors.torch import load_file
+        state = load_file(checkpoint)
+        probe = (state["param.probe.w"], state["param.probe.b"])  # [1 + colours + 1 + shapes + 1 + sizes, hidden]
+    seen = []  # (relative share, probe margin, attribute) per matching object of counts >= 2
     proc = AutoProcessor.from_pretrained(model_dir, use_fast=False)
     model = Idefics3ForConditionalGeneration.from_pretrained(model_dir, attn_implementation="eager",
                                                              dtype=torch.float32).eval()
@@ -73,7 +83,12 @@ def main(model_dir, world_jsonl, records, out_path=None):
                 continue
             names = COLORS if attr == "color" else SHAPES
             about = [a - 1 for a in turn["about"]]
-            cells, n = set(), 0
+            cells, n, margins = set(), 0, []
+            if probe is not None:
+                with torch.no_grad():
+                    px = inputs["pixel_values"].flatten(0, 1)
+                    feats = model.model.connector(model.model.vision_model(pixel_values=px).last_hidden_state)
+                    logits = feats @ probe[0].T + probe[1]  # [images, cells, classes]
             for a in about:
                 scene = conv["scenes"][a]
                 cell = scene["size"] / SIDE
@@ -84,8 +99,18 @@ def main(model_dir, world_jsonl, records, out_path=None):
                     col = min(SIDE - 1, max(0, int((o["center"][0] + 0.5) // cell)))
                     row = min(SIDE - 1, max(0, int((o["center"][1] + 0.5) // cell)))
                     cells.add(image_pos[a * SIDE * SIDE + row * SIDE + col])
+                    if probe is not None:
+                        lo = logits[a, row * SIDE + col]
+                        lo = lo[:1 + len(COLORS)] if attr == "color" else lo[1 + len(COLORS):2 + len(COLORS) + len(SHAPES)]
+                        t = 1 + names.index(o[attr])
+                        margins.append((image_pos[a * SIDE * SIDE + row * SIDE + col],
+                                        float(lo[t] - torch.cat([lo[:t], lo[t + 1:]]).max())))
             asked = {image_pos[a * SIDE * SIDE + j] for a in about for j in range(SIDE * SIDE)}
             record = correct.get((conv["id"], k), {})
+            if n >= 2 and len(cells) == n and margins:
+                a = att[0, anchor]
+                total = float(sum(a[p] for p in cells))
+                seen += [(float(a[p]) * n / total, m, attr) for p, m in margins]
             for head in (0, 1):
                 a = att[head, anchor]
                 rows.append({"id": conv["id"], "turn": k, "type": kind, "head": head, "n": n,
@@ -117,6 +142,19 @@ def main(model_dir, world_jsonl, records, out_path=None):
         print(f"{n}{'+' if n == 4 else ' '} {len(g):6}  {share[len(share) // 2]:.2f}  "
               f"{share[len(share) // 10]:.2f}-{share[(9 * len(share)) // 10]:.2f}   "
               f"{sum(bool(r['correct']) for r in g):5} {nearest:8}       {sum(ps) / max(1, len(ps)):.2f}")
+    if seen:
+        print("counts of two or more: a matching object's share relative to an even split, by the vision probe's margin at its cell")
+        for attr in ("color", "shape"):
+            g = [(x, m) for x, m, a in seen if a == attr]
+            if len(g) < 2:
+                continue
+            xs, ms = torch.tensor([x for x, _ in g]), torch.tensor([m for _, m in g])
+            corr = float(torch.corrcoef(torch.stack([xs, ms]))[0, 1])
+            buckets = [(-1e9, 0), (0, 3), (3, 6), (6, 1e9)]
+            text = "; ".join(f"margin {'<' + str(hi) if lo < -1e8 else ('>=' + str(lo) if hi > 1e8 else f'{lo}-{hi}')}: "
+                             f"{float(xs[(ms >= lo) & (ms < hi)].mean()):.2f} of {int(((ms >= lo) & (ms < hi)).sum())}"
+                             for lo, hi in buckets if ((ms >= lo) & (ms < hi)).any())
+            print(f"  {attr}: {len(g)} objects, correlation {corr:.2f}; {text}")
     for in_image in (True, False):
         g = [r for r in rows if r["type"].startswith("in_image") == in_image]
         for right in (True, False):

@@ -133,7 +133,7 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   REQUIRE(conv.scenes.size() >= 1);
   const Tokenizer tok = Tokenizer::from_file(out + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(out);
-  const demo::DemoData data(tok, o.size, proc, false);
+  const demo::DemoData data(tok, o.size, proc, false, false);
   demo::DemoData::Images images;
   const demo::DemoSequence seq = data.layout(conv, images);
 
@@ -235,7 +235,7 @@ TEST_CASE("demo data parallelism: the parts' shares add up to the batch's losses
   const std::string src = default_model_dir();
   demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4, true);  // with the image probe
   const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), true);
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), true, true);  // number hops, counts on the second KV head
   demo::DemoBatch batch;
   demo::DemoData::Images images;
   world::TrainingExtras extras;
@@ -284,6 +284,15 @@ TEST_CASE("demo data parallelism: the parts' shares add up to the batch's losses
     p.tensor.mutable_grad() = at::Tensor();
   }
   const demo::LossCounts counts = demo::loss_counts(model, batch, true);
+  {  // the objects hop's terms: heads 0 and 1 on every row, head 2 on each count's
+    int64_t rows = 0, count_rows = 0;
+    for (const auto& seq : batch.seqs) {
+      rows += static_cast<int64_t>(seq.hops[2].rows.size());
+      for (int8_t g : seq.hops[2].lookup) count_rows += g == demo::kLookupCount;
+    }
+    REQUIRE(count_rows > 0);
+    CHECK(counts.hop_terms[2] == 2 * rows + count_rows);
+  }
   for (bool parallel : {true, false}) {
     std::vector<demo::BatchLoss> shares(parts.size());
     shard_gradients(params, static_cast<int>(parts.size()), parallel, [&](int k) {
@@ -390,7 +399,8 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
   const DemoModelSize size;
-  const demo::DemoData data(tok, size, proc, false);
+  const demo::DemoData data(tok, size, proc, false, false);
+  const demo::DemoData counting_twice(tok, size, proc, false, true);  // counts on the second KV head too
   const int32_t image_id = tok.token_to_id("<image>");
   world::WorldOptions wo;
   int checked_objects = 0, checked_found = 0, checked_counts = 0, checked_answers = 0;
@@ -398,6 +408,21 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, wo);
     demo::DemoData::Images images;
     const demo::DemoSequence seq = data.layout(conv, images);
+    // Counts on the second KV head: the same layout, and query head 2 gets each count's targets
+    // (those of heads 0 and 1), no other row's; without the option no row has any.
+    {
+      demo::DemoData::Images more;
+      const demo::DemoSequence twin = counting_twice.layout(conv, more);
+      REQUIRE(twin.ids == seq.ids);
+      REQUIRE(twin.hops[2].rows == seq.hops[2].rows);
+      REQUIRE(twin.hops[2].head2.size() == seq.hops[2].rows.size());
+      REQUIRE(seq.hops[2].head2.size() == seq.hops[2].rows.size());
+      for (size_t r = 0; r < seq.hops[2].rows.size(); ++r) {
+        CHECK(seq.hops[2].head2[r].empty());
+        const bool count = seq.hops[2].lookup[r] == demo::kLookupCount;
+        CHECK(twin.hops[2].head2[r] == (count ? seq.hops[2].head0[r] : std::vector<int64_t>{}));
+      }
+    }
     auto text_of = [&](const std::vector<int64_t>& pos) {
       std::vector<int32_t> ids;
       for (int64_t p : pos) ids.push_back(static_cast<int32_t>(seq.ids[static_cast<size_t>(p)]));
@@ -526,7 +551,7 @@ TEST_CASE("demo number hops: labels and in-image words look at the image's digit
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
-  const demo::DemoData plain(tok, DemoModelSize{}, proc, false), numbered(tok, DemoModelSize{}, proc, true);
+  const demo::DemoData plain(tok, DemoModelSize{}, proc, false, false), numbered(tok, DemoModelSize{}, proc, true, false);
   int labels = 0, named = 0, unnamed = 0;
   for (int64_t i = 0; i < 30; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
@@ -586,7 +611,7 @@ TEST_CASE("demo number hops: labels and in-image words look at the image's digit
 TEST_CASE("demo image probe: rows are every visual token and each 'In image k' subject word", "[demo][training]") {
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), false);
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), false, false);
   int checked = 0;
   for (int64_t i = 0; i < 40; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
@@ -670,7 +695,7 @@ TEST_CASE("demo chat stages with a frozen tower give the tower no gradient", "[d
   const std::string src = default_model_dir();
   demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4);
   const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), false);
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), false, false);
   demo::DemoBatch batch;
   demo::DemoData::Images images;
   batch.seqs.push_back(data.layout(world::make_conversation(2, world::Split::Train, 0, world::WorldOptions{}), images));

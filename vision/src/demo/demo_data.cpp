@@ -13,8 +13,9 @@
 namespace trimkv::vision::demo {
 
 DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc,
-                   bool number_hops)
-    : m_tok(tok), m_size(size), m_proc(proc), m_number_hops(number_hops) {
+                   bool number_hops, bool count_second_kv_head)
+    : m_tok(tok), m_size(size), m_proc(proc), m_number_hops(number_hops),
+      m_count_second_kv_head(count_second_kv_head) {
   m_side = size.image_size / size.patch_size / size.scale_factor;
   m_seq = m_side * m_side;
   m_image_id = tok.token_to_id(kImagePlaceholder);
@@ -303,6 +304,7 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
     seq.hops[2].rows.push_back(anchor);
     seq.hops[2].head0.push_back(cells);
     seq.hops[2].head1.push_back(cells);
+    seq.hops[2].head2.push_back(m_count_second_kv_head && lookup == kLookupCount ? cells : std::vector<int64_t>{});
     seq.hops[2].lookup.push_back(lookup);
     anchors.push_back(anchor);
   }

@@ -117,6 +117,9 @@ inline constexpr int kLookups = 4;
 struct AttnHop {
   std::vector<int64_t> rows;
   std::vector<std::vector<int64_t>> head0, head1;
+  // Hop 2 with DemoTrainOptions::count_second_kv_head: per row, query head 2's targets (the
+  // count's, spread evenly), empty for the rows it does not look from.
+  std::vector<std::vector<int64_t>> head2;
   std::vector<int8_t> lookup;  // hop 2 only, per row: a Lookup (what the word finds its objects by)
   // Per row, whether the mass must be spread evenly over the targets (counts; empty: no row).
   std::vector<uint8_t> spread() const {
@@ -159,9 +162,9 @@ struct DemoBatch {
 
 class DemoData {
  public:
-  // number_hops: DemoTrainOptions::number_hops (no default here: the options own it).
+  // number_hops, count_second_kv_head: DemoTrainOptions' (no defaults here: the options own them).
   DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc,
-           bool number_hops);
+           bool number_hops, bool count_second_kv_head);
   // Pixels and per-token targets of scenes, appended to `pixels` / `targets`.
   struct Images {
     std::vector<at::Tensor> pixels, targets, patch_targets;
@@ -201,6 +204,7 @@ class DemoData {
   int32_t m_image_id = -1, m_image_edge_id = -1, m_global_id = -1;
   std::vector<int32_t> m_close;
   bool m_number_hops = false;
+  bool m_count_second_kv_head = false;
   std::vector<int32_t> m_number_ids;  // [k]: the token of image number k (1-based) alone, or -1
   // The last position in [from, to) holding image number `number` as one token, or -1.
   int64_t number_position(const DemoSequence& seq, int64_t from, int64_t to, int number) const;

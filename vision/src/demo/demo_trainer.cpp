@@ -106,6 +106,11 @@ LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want
       const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
       c.hop_terms[static_cast<size_t>(kind)] += 2 * static_cast<int64_t>(hop.rows.size());
       for (int8_t g : hop.lookup) c.lookup_terms[static_cast<size_t>(g)] += 2;
+      for (size_t r = 0; r < hop.head2.size(); ++r)
+        if (!hop.head2[r].empty()) {
+          ++c.hop_terms[static_cast<size_t>(kind)];
+          ++c.lookup_terms[static_cast<size_t>(hop.lookup[r])];
+        }
     }
     if (found_layer(n_layer) < n_layer)
       for (const auto& f : s.found)
@@ -201,7 +206,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
             const std::vector<uint8_t> spread = hop.spread();
             const at::Tensor per_row = attention_mass_rows(q, k, 0, hop.rows, hop.head0, spread) +
                                        attention_mass_rows(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1, spread);
-            const at::Tensor l = per_row.sum();
+            at::Tensor l = per_row.sum();
             if (!hop.lookup.empty()) {  // the diagnostics: the same terms per lookup
               const at::Tensor values = per_row.detach().contiguous();
               const float* v = values.data_ptr<float>();
@@ -210,8 +215,32 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
                 lookup_n[static_cast<size_t>(hop.lookup[r])] += 2;
               }
             }
-            hop_sum[kind] = hop_sum[kind].defined() ? hop_sum[kind] + l : l;
             hop_n[kind] += 2 * static_cast<int64_t>(hop.rows.size());
+            // Query head 2 (the other KV head's, when there is one) on the rows that have targets
+            // for it: the counts, spread evenly (count_second_kv_head).
+            std::vector<int64_t> rows2;
+            std::vector<std::vector<int64_t>> targets2;
+            std::vector<int8_t> lookup2;
+            for (size_t r = 0; r < hop.head2.size(); ++r)
+              if (!hop.head2[r].empty()) {
+                rows2.push_back(hop.rows[r]);
+                targets2.push_back(hop.head2[r]);
+                lookup2.push_back(hop.lookup[r]);
+              }
+            if (!rows2.empty()) {
+              const int64_t head2 = std::min<int64_t>(2, q.size(1) - 1);
+              const at::Tensor per_row2 =
+                  attention_mass_rows(q, k, head2, rows2, targets2, std::vector<uint8_t>(rows2.size(), 1));
+              l = l + per_row2.sum();
+              const at::Tensor values = per_row2.detach().contiguous();
+              const float* v = values.data_ptr<float>();
+              for (size_t r = 0; r < rows2.size(); ++r) {
+                lookup_sum[static_cast<size_t>(lookup2[r])] += v[r];
+                ++lookup_n[static_cast<size_t>(lookup2[r])];
+              }
+              hop_n[kind] += static_cast<int64_t>(rows2.size());
+            }
+            hop_sum[kind] = hop_sum[kind].defined() ? hop_sum[kind] + l : l;
           }
         });
     const at::Tensor tgt = at::tensor(s.label_tgt, at::kLong);
@@ -347,6 +376,7 @@ json options_json(const DemoTrainOptions& o) {
   if (!o.init_from.empty()) j["init_from"] = o.init_from;
   if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
   j["number_hops"] = o.number_hops;
+  if (o.count_second_kv_head) j["count_second_kv_head"] = true;  // only when used
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
   return j;
@@ -477,7 +507,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
 
   DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0);
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
-  const DemoData data(tok, o.size, proc, o.number_hops);
+  const DemoData data(tok, o.size, proc, o.number_hops, o.count_second_kv_head);
   int64_t n_params = 0;
   for (const auto& p : all_params(model)) n_params += p.tensor.numel();
   say("model: " + std::to_string(n_params) + " parameters (probe included), " +
