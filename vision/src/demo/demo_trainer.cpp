@@ -206,15 +206,17 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
             const std::vector<uint8_t> spread = hop.spread();
             const at::Tensor per_row = attention_mass_rows(q, k, 0, hop.rows, hop.head0, spread) +
                                        attention_mass_rows(q, k, q.size(1) > 1 ? 1 : 0, hop.rows, hop.head1, spread);
-            at::Tensor l = per_row.sum();
-            if (!hop.lookup.empty()) {  // the diagnostics: the same terms per lookup
-              const at::Tensor values = per_row.detach().contiguous();
+            // The diagnostics: the same terms per lookup (`heads` terms in each row's value).
+            auto tally_lookups = [&](const at::Tensor& rows_loss, const std::vector<int8_t>& lookups, int64_t heads) {
+              const at::Tensor values = rows_loss.detach().contiguous();
               const float* v = values.data_ptr<float>();
-              for (size_t r = 0; r < hop.rows.size(); ++r) {
-                lookup_sum[static_cast<size_t>(hop.lookup[r])] += v[r];
-                lookup_n[static_cast<size_t>(hop.lookup[r])] += 2;
+              for (size_t r = 0; r < lookups.size(); ++r) {
+                lookup_sum[static_cast<size_t>(lookups[r])] += v[r];
+                lookup_n[static_cast<size_t>(lookups[r])] += heads;
               }
-            }
+            };
+            at::Tensor l = per_row.sum();
+            tally_lookups(per_row, hop.lookup, 2);
             hop_n[kind] += 2 * static_cast<int64_t>(hop.rows.size());
             // Query head 2 (the other KV head's, when there is one) on the rows that have targets
             // for it: the counts, spread evenly (count_second_kv_head).
@@ -232,12 +234,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
               const at::Tensor per_row2 =
                   attention_mass_rows(q, k, head2, rows2, targets2, std::vector<uint8_t>(rows2.size(), 1));
               l = l + per_row2.sum();
-              const at::Tensor values = per_row2.detach().contiguous();
-              const float* v = values.data_ptr<float>();
-              for (size_t r = 0; r < rows2.size(); ++r) {
-                lookup_sum[static_cast<size_t>(lookup2[r])] += v[r];
-                ++lookup_n[static_cast<size_t>(lookup2[r])];
-              }
+              tally_lookups(per_row2, lookup2, 1);
               hop_n[kind] += static_cast<int64_t>(rows2.size());
             }
             hop_sum[kind] = hop_sum[kind].defined() ? hop_sum[kind] + l : l;
