@@ -42,6 +42,9 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
     proc = AutoProcessor.from_pretrained(model_dir, use_fast=False)
     model = Idefics3ForConditionalGeneration.from_pretrained(model_dir, attn_implementation="eager",
                                                              dtype=torch.float32).eval()
+    # The connector's output (the visual tokens) of the forward pass, kept for the probe.
+    connector_out = []
+    model.model.connector.register_forward_hook(lambda module, args, output: connector_out.append(output))
     tok = proc.tokenizer
     image_id = tok.convert_tokens_to_ids("<image>")
     digits = {d: tok.encode(str(d), add_special_tokens=False) for d in range(10)}
@@ -85,10 +88,8 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
             about = [a - 1 for a in turn["about"]]
             cells, n, margins = set(), 0, []
             if probe is not None:
-                with torch.no_grad():
-                    px = inputs["pixel_values"].flatten(0, 1)
-                    feats = model.model.connector(model.model.vision_model(pixel_values=px).last_hidden_state)
-                    logits = feats @ probe[0].T + probe[1]  # [images, cells, classes]
+                logits = connector_out[-1] @ probe[0].T + probe[1]  # [images, cells, classes]
+            connector_out.clear()
             for a in about:
                 scene = conv["scenes"][a]
                 cell = scene["size"] / SIDE

@@ -304,7 +304,7 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
     seq.hops[2].rows.push_back(anchor);
     seq.hops[2].head0.push_back(cells);
     seq.hops[2].head1.push_back(cells);
-    seq.hops[2].head2.push_back(m_count_second_kv_head && lookup == kLookupCount ? cells : std::vector<int64_t>{});
+    seq.hops[2].counts_on_head2 = m_count_second_kv_head;
     seq.hops[2].lookup.push_back(lookup);
     anchors.push_back(anchor);
   }

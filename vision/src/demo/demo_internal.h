@@ -117,10 +117,21 @@ inline constexpr int kLookups = 4;
 struct AttnHop {
   std::vector<int64_t> rows;
   std::vector<std::vector<int64_t>> head0, head1;
-  // Hop 2 with DemoTrainOptions::count_second_kv_head: per row, query head 2's targets (the
-  // count's, spread evenly), empty for the rows it does not look from.
-  std::vector<std::vector<int64_t>> head2;
   std::vector<int8_t> lookup;  // hop 2 only, per row: a Lookup (what the word finds its objects by)
+  // Hop 2 with DemoTrainOptions::count_second_kv_head: query head 2 also looks from each count's
+  // row, at the targets of heads 0 and 1, spread evenly.
+  bool counts_on_head2 = false;
+  // The rows query head 2 looks from (indices into `rows`), and its targets from row r (empty
+  // for a row it does not look from).
+  std::vector<size_t> head2_rows() const {
+    std::vector<size_t> out;
+    for (size_t r = 0; counts_on_head2 && r < lookup.size(); ++r)
+      if (lookup[r] == kLookupCount) out.push_back(r);
+    return out;
+  }
+  std::vector<int64_t> head2(size_t r) const {
+    return counts_on_head2 && lookup[r] == kLookupCount ? head0[r] : std::vector<int64_t>{};
+  }
   // Per row, whether the mass must be spread evenly over the targets (counts; empty: no row).
   std::vector<uint8_t> spread() const {
     std::vector<uint8_t> out;

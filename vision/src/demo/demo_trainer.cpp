@@ -106,11 +106,10 @@ LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want
       const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
       c.hop_terms[static_cast<size_t>(kind)] += 2 * static_cast<int64_t>(hop.rows.size());
       for (int8_t g : hop.lookup) c.lookup_terms[static_cast<size_t>(g)] += 2;
-      for (size_t r = 0; r < hop.head2.size(); ++r)
-        if (!hop.head2[r].empty()) {
-          ++c.hop_terms[static_cast<size_t>(kind)];
-          ++c.lookup_terms[static_cast<size_t>(hop.lookup[r])];
-        }
+      for (size_t r : hop.head2_rows()) {
+        ++c.hop_terms[static_cast<size_t>(kind)];
+        ++c.lookup_terms[static_cast<size_t>(hop.lookup[r])];
+      }
     }
     if (found_layer(n_layer) < n_layer)
       for (const auto& f : s.found)
@@ -218,17 +217,16 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
             at::Tensor l = per_row.sum();
             tally_lookups(per_row, hop.lookup, 2);
             hop_n[kind] += 2 * static_cast<int64_t>(hop.rows.size());
-            // Query head 2 (the other KV head's, when there is one) on the rows that have targets
-            // for it: the counts, spread evenly (count_second_kv_head).
+            // Query head 2 (the other KV head's, when there is one) on the counts' rows, spread
+            // evenly (count_second_kv_head).
             std::vector<int64_t> rows2;
             std::vector<std::vector<int64_t>> targets2;
             std::vector<int8_t> lookup2;
-            for (size_t r = 0; r < hop.head2.size(); ++r)
-              if (!hop.head2[r].empty()) {
-                rows2.push_back(hop.rows[r]);
-                targets2.push_back(hop.head2[r]);
-                lookup2.push_back(hop.lookup[r]);
-              }
+            for (size_t r : hop.head2_rows()) {
+              rows2.push_back(hop.rows[r]);
+              targets2.push_back(hop.head0[r]);
+              lookup2.push_back(hop.lookup[r]);
+            }
             if (!rows2.empty()) {
               const int64_t head2 = std::min<int64_t>(2, q.size(1) - 1);
               const at::Tensor per_row2 =
