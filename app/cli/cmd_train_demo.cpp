@@ -41,8 +41,9 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_real("image-probe-weight", "W", "weight of the image probe: visual tokens and 'In image k' words must say their image (default 0: none)", 0, 1e6),
       {"no-number-hops", "", "the labels hop averages the whole label and question instead of looking at the image number (the earlier recipe)"},
       {"count-second-kv-head", "", "counts are also taught on query head 2 (the objects hop layer's other KV head): a second reading of the counted word's share"},
+      ranged_real("count-weight", "W", "weight of the counts' even spread in the objects hop, relative to the other attention targets (default 1)", 0, 1e6),
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
-      {"init-from", "CKPT", "start from the weights of this train-demo checkpoint"},
+      {"init-from", "PATH", "start from these weights: a train-demo checkpoint, or a model folder (its tokenizer too; probes start fresh)"},
       ranged_int("short-images", "K", "max images per conversation in the chat-short stage", 1,
                  vision::world::kMaxImagesLimit),
       ranged_int("short-objects", "K", "max objects per image in the chat-short stage", 1,
@@ -87,6 +88,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.image_probe_weight = args.get_double("image-probe-weight", d.image_probe_weight);
   o.number_hops = !args.flag("no-number-hops");
   o.count_second_kv_head = args.flag("count-second-kv-head");
+  o.count_weight = args.get_double("count-weight", d.count_weight);
   o.freeze_tower = !args.flag("train-tower");
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);

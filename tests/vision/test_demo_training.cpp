@@ -133,7 +133,7 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   REQUIRE(conv.scenes.size() >= 1);
   const Tokenizer tok = Tokenizer::from_file(out + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(out);
-  const demo::DemoData data(tok, o.size, proc, false, false);
+  const demo::DemoData data(tok, o.size, proc, false, false, 1.0);
   demo::DemoData::Images images;
   const demo::DemoSequence seq = data.layout(conv, images);
 
@@ -208,6 +208,21 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   o4.skip_gates = true;
   REQUIRE_FALSE(train_demo(o4, {}, {}).interrupted);
   CHECK(file_bytes(after + "/model.safetensors") == file_bytes(out + "/model.safetensors"));
+
+  // --init-from a model folder (another seed, so its own tokenizer and initial weights would
+  // differ): the folder's tokenizer and weights, written back unchanged when no step runs.
+  const std::string copy = dir.file("from-folder");
+  DemoTrainOptions o5 = tiny(copy);
+  o5.seed = 2;
+  o5.vision.steps = o5.chat_short.steps = o5.chat.steps = o5.polish.steps = 0;
+  o5.init_from = out;
+  o5.skip_gates = true;
+  REQUIRE_FALSE(train_demo(o5, {}, {}).interrupted);
+  CHECK(file_bytes(copy + "/tokenizer.json") == file_bytes(out + "/tokenizer.json"));
+  CHECK(file_bytes(copy + "/model.safetensors") == file_bytes(out + "/model.safetensors"));
+  o5.out_dir = dir.file("from-nothing");
+  o5.init_from = dir.file("no-such-model");
+  CHECK_THROWS_WITH(train_demo(o5, {}, {}), Catch::Contains("no-such-model"));
 }
 
 TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {
@@ -235,7 +250,7 @@ TEST_CASE("demo data parallelism: the parts' shares add up to the batch's losses
   const std::string src = default_model_dir();
   demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4, true);  // with the image probe
   const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), true, true);  // number hops, counts on the second KV head
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), true, true, 1.0);  // number hops, counts on the second KV head
   demo::DemoBatch batch;
   demo::DemoData::Images images;
   world::TrainingExtras extras;
@@ -325,6 +340,44 @@ TEST_CASE("demo data parallelism: the parts' shares add up to the batch's losses
   }
 }
 
+TEST_CASE("demo count weight: the counts' terms of the objects hop scaled, nothing else", "[demo][training]") {
+  const std::string src = default_model_dir();
+  const demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4);
+  const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
+  const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(src);
+  world::TrainingExtras extras;
+  extras.max_extra_turns = 4;
+  for (bool second_head : {false, true}) {
+    INFO("counts on the second KV head: " << second_head);
+    auto loss = [&](double weight, demo::LossCounts* counts) {
+      const demo::DemoData data(tok, DemoModelSize{}, proc, true, second_head, weight);
+      demo::DemoBatch batch;
+      demo::DemoData::Images images;
+      for (int64_t i = 0; i < 6; ++i)
+        batch.seqs.push_back(data.layout(world::make_training_conversation(8, i, world::WorldOptions{}, extras), images));
+      demo::DemoData::finish(images, batch);
+      for (const auto& seq : batch.seqs)
+        for (size_t r = 0; r < seq.hops[2].rows.size(); ++r)
+          CHECK(seq.hops[2].row_weights()[r] == (seq.hops[2].lookup[r] == demo::kLookupCount ? weight : 1.0));
+      if (counts) *counts = demo::loss_counts(model, batch, true);
+      at::NoGradGuard no_grad;
+      return demo::batch_loss(model, batch, true, false);
+    };
+    demo::LossCounts counts;
+    const demo::BatchLoss one = loss(1.0, &counts), three = loss(3.0, nullptr);
+    REQUIRE(counts.lookup_terms[demo::kLookupCount] > 0);
+    CHECK(three.answer.item<double>() == one.answer.item<double>());
+    for (int hop : {0, 1, 3}) CHECK(three.attn_hops[hop] == one.attn_hops[hop]);
+    CHECK(three.lookups == one.lookups);  // the diagnostics stay unweighted
+    // The hop's mean over its terms grows by twice the counts' terms.
+    const double counts_part = one.lookups[demo::kLookupCount] *
+                               static_cast<double>(counts.lookup_terms[demo::kLookupCount]) /
+                               static_cast<double>(counts.hop_terms[2]);
+    REQUIRE(counts_part > 0);
+    CHECK(three.attn_hops[2] == Approx(one.attn_hops[2] + 2 * counts_part).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("train-demo in parts: the same weights on one thread or two", "[demo][training]") {
   test::ScratchDir dir("demo-shards");
   std::vector<std::string> bytes;
@@ -399,8 +452,8 @@ TEST_CASE("demo attention targets: labels, question words, named objects' cells,
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
   const DemoModelSize size;
-  const demo::DemoData data(tok, size, proc, false, false);
-  const demo::DemoData counting_twice(tok, size, proc, false, true);  // counts on the second KV head too
+  const demo::DemoData data(tok, size, proc, false, false, 1.0);
+  const demo::DemoData counting_twice(tok, size, proc, false, true, 1.0);  // counts on the second KV head too
   const int32_t image_id = tok.token_to_id("<image>");
   world::WorldOptions wo;
   int checked_objects = 0, checked_found = 0, checked_counts = 0, checked_answers = 0;
@@ -549,7 +602,7 @@ TEST_CASE("demo number hops: labels and in-image words look at the image's digit
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir);
-  const demo::DemoData plain(tok, DemoModelSize{}, proc, false, false), numbered(tok, DemoModelSize{}, proc, true, false);
+  const demo::DemoData plain(tok, DemoModelSize{}, proc, false, false, 1.0), numbered(tok, DemoModelSize{}, proc, true, false, 1.0);
   int labels = 0, named = 0, unnamed = 0;
   for (int64_t i = 0; i < 30; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
@@ -609,7 +662,7 @@ TEST_CASE("demo number hops: labels and in-image words look at the image's digit
 TEST_CASE("demo image probe: rows are every visual token and each 'In image k' subject word", "[demo][training]") {
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), false, false);
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), false, false, 1.0);
   int checked = 0;
   for (int64_t i = 0; i < 40; ++i) {
     const world::Conversation conv = world::make_conversation(11, world::Split::Val, i, world::WorldOptions{});
@@ -693,7 +746,7 @@ TEST_CASE("demo chat stages with a frozen tower give the tower no gradient", "[d
   const std::string src = default_model_dir();
   demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4);
   const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
-  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), false, false);
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), false, false, 1.0);
   demo::DemoBatch batch;
   demo::DemoData::Images images;
   batch.seqs.push_back(data.layout(world::make_conversation(2, world::Split::Train, 0, world::WorldOptions{}), images));

@@ -13,9 +13,9 @@
 namespace trimkv::vision::demo {
 
 DemoData::DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc,
-                   bool number_hops, bool count_second_kv_head)
+                   bool number_hops, bool count_second_kv_head, double count_weight)
     : m_tok(tok), m_size(size), m_proc(proc), m_number_hops(number_hops),
-      m_count_second_kv_head(count_second_kv_head) {
+      m_count_second_kv_head(count_second_kv_head), m_count_weight(count_weight) {
   m_side = size.image_size / size.patch_size / size.scale_factor;
   m_seq = m_side * m_side;
   m_image_id = tok.token_to_id(kImagePlaceholder);
@@ -305,6 +305,7 @@ void DemoData::add_attention_targets(const world::Conversation& conv, const worl
     seq.hops[2].head0.push_back(cells);
     seq.hops[2].head1.push_back(cells);
     seq.hops[2].counts_on_head2 = m_count_second_kv_head;
+    seq.hops[2].count_weight = static_cast<float>(m_count_weight);
     seq.hops[2].lookup.push_back(lookup);
     anchors.push_back(anchor);
   }

@@ -132,6 +132,13 @@ struct AttnHop {
   std::vector<int64_t> head2(size_t r) const {
     return counts_on_head2 && lookup[r] == kLookupCount ? head0[r] : std::vector<int64_t>{};
   }
+  // The weight of each count row's term (heads 0, 1 and 2), the other rows' 1.
+  float count_weight = 1.0f;
+  std::vector<float> row_weights() const {
+    std::vector<float> out;
+    for (int8_t l : lookup) out.push_back(l == kLookupCount ? count_weight : 1.0f);
+    return out;
+  }
   // Per row, whether the mass must be spread evenly over the targets (counts; empty: no row).
   std::vector<uint8_t> spread() const {
     std::vector<uint8_t> out;
@@ -173,9 +180,9 @@ struct DemoBatch {
 
 class DemoData {
  public:
-  // number_hops, count_second_kv_head: DemoTrainOptions' (no defaults here: the options own them).
+  // number_hops, count_second_kv_head, count_weight: DemoTrainOptions' (no defaults here: the options own them).
   DemoData(const Tokenizer& tok, const DemoModelSize& size, const Idefics3ProcessorConfig& proc,
-           bool number_hops, bool count_second_kv_head);
+           bool number_hops, bool count_second_kv_head, double count_weight);
   // Pixels and per-token targets of scenes, appended to `pixels` / `targets`.
   struct Images {
     std::vector<at::Tensor> pixels, targets, patch_targets;
@@ -216,6 +223,7 @@ class DemoData {
   std::vector<int32_t> m_close;
   bool m_number_hops = false;
   bool m_count_second_kv_head = false;
+  double m_count_weight = 1.0;
   std::vector<int32_t> m_number_ids;  // [k]: the token of image number k (1-based) alone, or -1
   // The last position in [from, to) holding image number `number` as one token, or -1.
   int64_t number_position(const DemoSequence& seq, int64_t from, int64_t to, int number) const;

@@ -214,7 +214,10 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
                 lookup_n[static_cast<size_t>(lookups[r])] += heads;
               }
             };
-            at::Tensor l = per_row.sum();
+            // Count rows weighted (count_weight; at 1 the sum is the recipe's, bit for bit).
+            const bool weighted = hop.count_weight != 1.0f;
+            const at::Tensor row_w = weighted ? at::tensor(hop.row_weights(), at::kFloat) : at::Tensor();
+            at::Tensor l = weighted ? (per_row * row_w).sum() : per_row.sum();
             tally_lookups(per_row, hop.lookup, 2);
             hop_n[kind] += 2 * static_cast<int64_t>(hop.rows.size());
             // Query head 2 (the other KV head's, when there is one) on the counts' rows, spread
@@ -231,7 +234,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
               const int64_t head2 = std::min<int64_t>(2, q.size(1) - 1);
               const at::Tensor per_row2 =
                   attention_mass_rows(q, k, head2, rows2, targets2, std::vector<uint8_t>(rows2.size(), 1));
-              l = l + per_row2.sum();
+              l = l + (weighted ? per_row2 * hop.count_weight : per_row2).sum();
               tally_lookups(per_row2, lookup2, 1);
               hop_n[kind] += static_cast<int64_t>(rows2.size());
             }
@@ -372,6 +375,7 @@ json options_json(const DemoTrainOptions& o) {
   if (o.image_probe_weight > 0) j["image_probe_weight"] = o.image_probe_weight;  // only when used
   j["number_hops"] = o.number_hops;
   if (o.count_second_kv_head) j["count_second_kv_head"] = true;  // only when used
+  if (o.count_weight != 1.0) j["count_weight"] = o.count_weight;   // only when used
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
   return j;
@@ -475,8 +479,22 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   extras.max_extra_turns = o.max_extra_turns;
   extras.describe_probability = o.describe_probability;
 
+  // --init-from a model folder (or its model.safetensors) rather than a checkpoint: its weights
+  // come under the exported names, and its own tokenizer goes with them.
+  std::string init_weights = o.init_from;
+  if (!o.init_from.empty() && fs::is_directory(o.init_from)) init_weights = (fs::path(o.init_from) / "model.safetensors").string();
+  bool init_is_model = false;
+  if (!resuming && !init_weights.empty()) {
+    const SafetensorsFile init(init_weights);
+    init_is_model = init.tensors().count("lm_head.weight") > 0;
+  }
   // 1. Tokenizer (deterministic: rebuilt the same on resume).
   const std::string tok_path = (dir / "tokenizer.json").string();
+  if (init_is_model && !fs::exists(tok_path)) {
+    const fs::path model_tok = fs::path(init_weights).parent_path() / "tokenizer.json";
+    TRIMKV_CHECK(fs::exists(model_tok), Input, "--init-from '", o.init_from, "': no tokenizer.json beside its weights");
+    fs::copy_file(model_tok, tok_path);
+  }
   if ((!resuming && o.init_from.empty()) || !fs::exists(tok_path)) {
     TRIMKV_CHECK(!o.export_only, Input, "--export-checkpoint: no checkpoint in '", train_dir.string(), "'");
     say("tokenizer: training byte-level BPE on " + std::to_string(o.tokenizer_conversations) + " conversations");
@@ -502,7 +520,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
 
   DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0);
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
-  const DemoData data(tok, o.size, proc, o.number_hops, o.count_second_kv_head);
+  const DemoData data(tok, o.size, proc, o.number_hops, o.count_second_kv_head, o.count_weight);
   int64_t n_params = 0;
   for (const auto& p : all_params(model)) n_params += p.tensor.numel();
   say("model: " + std::to_string(n_params) + " parameters (probe included), " +
@@ -576,7 +594,12 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     step = std::stoll(meta.at("step"));
     say("resuming at stage " + std::to_string(stage_index) + ", step " + std::to_string(step));
   }
-  if (!resuming && !o.init_from.empty()) {
+  if (!resuming && !o.init_from.empty() && init_is_model) {
+    // A model folder (or its model.safetensors): the exported weights under the reference names;
+    // the training aids (probes) keep their fresh weights.
+    load_demo_weights(model, init_weights);
+    say("initial weights from the model '" + init_weights + "' (probes fresh)");
+  } else if (!resuming && !o.init_from.empty()) {
     const SafetensorsFile init(o.init_from);
     at::NoGradGuard no_grad;
     for (auto& p : all_params(model)) {
