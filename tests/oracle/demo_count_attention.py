@@ -12,17 +12,23 @@ digit where it chooses it (the step after the answer's leading space). With the 
 checkpoint (DIR/train/checkpoint.safetensors, which holds the vision stage's probe), also: for counts
 of two or more, each matching object's share relative to an even split against the probe's margin
 for the counted colour or shape at its cell (its logit less the best other class's, "no object"
-included): whether the objects the hop under-weights are those the tower sees weakly.
+included): whether the objects the hop under-weights are those the tower sees weakly. Last, from the
+word's query (head 0) the raw logits on the word and on the matching cells, and the same logits had
+every key's residual-stream RMS been its kind's median (a key scales with 1 / RMS through the
+layer's RMSNorm): whether the spread comes from the norms of the states or their directions. And
+the wrong answers by how far they miss (answered less expected).
 
 Usage (oracle environment): demo_count_attention.py MODEL_DIR WORLD.jsonl RECORDS.jsonl [OUT.json [CHECKPOINT]]
 """
 import collections
 import json
+import statistics
 import sys
 from pathlib import Path
 
 import torch
 from transformers import AutoProcessor, Idefics3ForConditionalGeneration
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from demo_fixtures import messages
 
@@ -45,6 +51,17 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
     # The connector's output (the visual tokens) of the forward pass, kept for the probe.
     connector_out = []
     model.model.connector.register_forward_hook(lambda module, args, output: connector_out.append(output))
+    # Layer 1's residual stream (the RMSNorm's input) and the attention's normed input and rotary
+    # tables, for the raw logits.
+    layer = model.model.text_model.layers[1]
+    captured = {}
+    layer.input_layernorm.register_forward_pre_hook(lambda module, args: captured.__setitem__("h", args[0][0]))
+
+    def keep_attention_input(module, args, kwargs):
+        captured["x"] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0])[0]
+        captured["rope"] = kwargs["position_embeddings"]
+    layer.self_attn.register_forward_pre_hook(keep_attention_input, with_kwargs=True)
+    raw = []  # per count: (n, [logit on the word, on each matching cell], [their RMS])
     tok = proc.tokenizer
     image_id = tok.convert_tokens_to_ids("<image>")
     digits = {d: tok.encode(str(d), add_special_tokens=False) for d in range(10)}
@@ -106,6 +123,15 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                         t = 1 + names.index(o[attr])
                         margins.append((image_pos[a * SIDE * SIDE + row * SIDE + col],
                                         float(lo[t] - torch.cat([lo[:t], lo[t + 1:]]).max())))
+            if cells:
+                attn, x = layer.self_attn, captured["x"]
+                cos, sin = captured["rope"]
+                split = lambda t: t.view(x.shape[0], -1, attn.head_dim).transpose(0, 1).unsqueeze(0)
+                with torch.no_grad():
+                    q, kk = apply_rotary_pos_emb(split(attn.q_proj(x)), split(attn.k_proj(x)), cos, sin)
+                pos = [anchor] + sorted(cells)
+                raw.append((n, [float(q[0, 0, anchor] @ kk[0, 0, p]) / attn.head_dim ** 0.5 for p in pos],
+                            [float(captured["h"][p].pow(2).mean().sqrt()) for p in pos]))
             asked = {image_pos[a * SIDE * SIDE + j] for a in about for j in range(SIDE * SIDE)}
             record = correct.get((conv["id"], k), {})
             if n >= 2 and len(cells) == n and margins:
@@ -116,6 +142,7 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                 a = att[head, anchor]
                 rows.append({"id": conv["id"], "turn": k, "type": kind, "head": head, "n": n,
                              "correct": record.get("correct"), "p_right": p_right,
+                             "answered": int(record["generated"]) if record.get("generated", "").strip().isdigit() else None,
                              "self": float(a[anchor]), "match": float(sum(a[p] for p in cells)),
                              "other_cells": float(sum(a[p] for p in asked - cells)),
                              "other_images": float(sum(a[p] for p in image_pos if p not in asked))})
@@ -156,6 +183,30 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                              f"{float(xs[(ms >= lo) & (ms < hi)].mean()):.2f} of {int(((ms >= lo) & (ms < hi)).sum())}"
                              for lo, hi in buckets if ((ms >= lo) & (ms < hi)).any())
             print(f"  {attr}: {len(g)} objects, correlation {corr:.2f}; {text}")
+    if raw:
+        word_rms = statistics.median(r[0] for _, _, r in raw)
+        cell_rms = statistics.median(v for _, _, r in raw for v in r[1:])
+        print(f"raw logits of the word's query (head 0); median RMS of the states: word {word_rms:.2f}, matching cells {cell_rms:.2f}")
+        for label, even in (("as they are", False), ("every RMS at its median", True)):
+            offset, within = collections.defaultdict(list), []
+            for n, logits, rms in raw:
+                if even:
+                    logits = [logits[0] * rms[0] / word_rms] + [v * r / cell_rms for v, r in zip(logits[1:], rms[1:])]
+                cells_mean = sum(logits[1:]) / len(logits[1:])
+                offset[min(n, 3)].append(logits[0] - cells_mean)
+                if len(logits) > 2:
+                    within += [v - cells_mean for v in logits[1:]]
+            print(f"  {label}: word less the cells' mean, sd " +
+                  ", ".join(f"n={n}{'+' if n == 3 else ''} {statistics.pstdev(v):.2f}" for n, v in sorted(offset.items()) if len(v) > 1) +
+                  (f"; a cell less its count's mean (n >= 2), sd {statistics.pstdev(within):.2f} of {len(within)}" if len(within) > 1 else ""))
+    misses = collections.Counter()
+    for r in rows:
+        if r["head"] == 0 and r["correct"] is False and r["answered"] is not None:
+            misses[(min(r["n"], 4), r["answered"] - r["n"])] += 1
+    if misses:
+        print("wrong counts by answered less expected: " +
+              "; ".join(f"n={n}{'+' if n == 4 else ''}: " + ", ".join(f"{d:+d} x{misses[(n, d)]}" for m, d in sorted(misses) if m == n)
+                        for n in sorted({n for n, _ in misses})))
     for in_image in (True, False):
         g = [r for r in rows if r["type"].startswith("in_image") == in_image]
         for right in (True, False):
