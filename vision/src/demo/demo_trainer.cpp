@@ -483,11 +483,9 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   // come under the exported names, and its own tokenizer goes with them.
   std::string init_weights = o.init_from;
   if (!o.init_from.empty() && fs::is_directory(o.init_from)) init_weights = (fs::path(o.init_from) / "model.safetensors").string();
-  bool init_is_model = false;
-  if (!resuming && !init_weights.empty()) {
-    const SafetensorsFile init(init_weights);
-    init_is_model = init.tensors().count("lm_head.weight") > 0;
-  }
+  std::unique_ptr<SafetensorsFile> init_file;  // opened once: what it holds decides how it loads
+  if (!resuming && !init_weights.empty()) init_file = std::make_unique<SafetensorsFile>(init_weights);
+  const bool init_is_model = init_file && init_file->tensors().count("lm_head.weight") > 0;
   // 1. Tokenizer (deterministic: rebuilt the same on resume).
   const std::string tok_path = (dir / "tokenizer.json").string();
   if (init_is_model && !fs::exists(tok_path)) {
@@ -594,13 +592,13 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     step = std::stoll(meta.at("step"));
     say("resuming at stage " + std::to_string(stage_index) + ", step " + std::to_string(step));
   }
-  if (!resuming && !o.init_from.empty() && init_is_model) {
+  if (init_is_model) {
     // A model folder (or its model.safetensors): the exported weights under the reference names;
     // the training aids (probes) keep their fresh weights.
     load_demo_weights(model, init_weights);
     say("initial weights from the model '" + init_weights + "' (probes fresh)");
-  } else if (!resuming && !o.init_from.empty()) {
-    const SafetensorsFile init(o.init_from);
+  } else if (init_file) {
+    const SafetensorsFile& init = *init_file;
     at::NoGradGuard no_grad;
     for (auto& p : all_params(model)) {
       auto it = init.tensors().find("param." + p.name);
