@@ -1,5 +1,6 @@
 // `trimkv train-demo`: trains the embedded demo VLM from scratch on the synthetic world, then its
 // DBTrimKV gates (vision/demo_training.h has the recipe).
+#include <cstring>
 #include <unistd.h>
 
 #include <atomic>
@@ -41,6 +42,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_real("image-probe-weight", "W", "weight of the image probe: visual tokens and 'In image k' words must say their image (default 0: none)", 0, 1e6),
       {"no-number-hops", "", "the labels hop averages the whole label and question instead of looking at the image number (the earlier recipe)"},
       {"count-second-kv-head", "", "counts are also taught on query head 2 (the objects hop layer's other KV head): a second reading of the counted word's share"},
+      ranged_real("cell-readout-weight", "W", "weight of the cell readout: each visual token's normalised state at the objects hop must say its object's colour and shape as 0/1 indicators (default 0: none)", 0, 1e6),
       ranged_real("count-weight", "W", "weight of the counts' even spread in the objects hop, relative to the other attention targets (default 1)", 0, 1e6),
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       {"init-from", "PATH", "start from these weights: a train-demo checkpoint, or a model folder (its tokenizer too; probes start fresh)"},
@@ -89,6 +91,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.number_hops = !args.flag("no-number-hops");
   o.count_second_kv_head = args.flag("count-second-kv-head");
   o.count_weight = args.get_double("count-weight", d.count_weight);
+  o.cell_readout_weight = args.get_double("cell-readout-weight", d.cell_readout_weight);
   o.freeze_tower = !args.flag("train-tower");
   o.chat_short.max_images = args.get_int("short-images", d.chat_short.max_images);
   o.chat_short.max_objects = args.get_int("short-objects", d.chat_short.max_objects);
@@ -113,6 +116,10 @@ int cmd_train_demo(int argc, char** argv, int first) {
                   static_cast<long long>(p.step), static_cast<long long>(p.total), p.loss, p.answer_loss, p.aux_loss, p.found_loss,
                   p.attn_hops[0], p.attn_hops[1], p.attn_hops[2], p.lookups[0], p.lookups[1], p.lookups[2], p.lookups[3], p.attn_hops[3], p.lr, format_duration(p.elapsed_s).c_str(), format_duration(p.eta_s).c_str(),
                   p.checkpointed ? "  [checkpoint]" : "");
+    if (p.cell_loss >= 0) {
+      const size_t used = std::strlen(line);
+      std::snprintf(line + used, sizeof line - used, "  cell %.3f", p.cell_loss);
+    }
     const bool val = p.val_probe_objects >= 0;
     std::cerr << (tty ? "\r" : "") << line << (tty && !val ? "\033[K" : "\n");
     if (p.val_accuracy >= 0)

@@ -709,6 +709,67 @@ TEST_CASE("demo image probe: rows are every visual token and each 'In image k' s
   CHECK(probed.image_w.grad().abs().sum().item<double>() > 0);
 }
 
+TEST_CASE("demo cell readout: squared error of colour and shape indicators at the objects hop's input", "[demo][training]") {
+  const std::string dir = default_model_dir();
+  const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), true, false, 1.0);
+  // Drawn after every other weight (and the image probe): the recipe's weights either way.
+  const demo::DemoModel plain = demo::make_demo_model(dir + "/config.json", 4);
+  const demo::DemoModel model = demo::make_demo_model(dir + "/config.json", 4, false, true);
+  REQUIRE(model.text_params.size() == plain.text_params.size() + 2);
+  for (size_t k = 0; k < plain.text_params.size(); ++k) CHECK(at::equal(plain.text_params[k].tensor, model.text_params[k].tensor));
+  demo::DemoBatch batch;
+  demo::DemoData::Images images;
+  for (int64_t i = 0; i < 4; ++i)
+    batch.seqs.push_back(data.layout(world::make_conversation(12, world::Split::Val, i, world::WorldOptions{}), images));
+  demo::DemoData::finish(images, batch);
+  CHECK_FALSE(demo::batch_loss(plain, batch, true, false).cell.defined());
+  const demo::BatchLoss l = demo::batch_loss(model, batch, true, false);
+  REQUIRE(l.cell.defined());
+
+  // By hand: the states layer 1 (the objects hop) attends from, after its RMSNorm, each visual
+  // token's 10 readings against 0/1 indicators, summed over outputs, averaged over every visual token.
+  double sum = 0;
+  int64_t rows = 0, objects = 0;
+  at::NoGradGuard no_grad;
+  const at::Tensor feats = model.vision->connector(model.vision->tower_batched(batch.pixels));
+  const at::Tensor w = model.cell_w.contiguous(), b = model.cell_b.contiguous();
+  const int64_t hidden = w.size(1), colors = world::kNumColors;
+  for (const demo::DemoSequence& s : batch.seqs) {
+    at::Tensor h;
+    demo::sequence_label_logits(model, feats, s, [&](int64_t layer, const at::Tensor& x, const at::Tensor&, const at::Tensor&) {
+      if (layer == 1) h = x.contiguous();
+    });
+    REQUIRE(h.defined());
+    const at::Tensor t = batch.aux_targets.narrow(0, s.first_image, s.n_images).reshape({-1, 3}).contiguous();
+    for (size_t r = 0; r < s.image_pos.size(); ++r) {
+      const float* x = h.data_ptr<float>() + s.image_pos[r] * hidden;
+      const int64_t color = t[static_cast<int64_t>(r)][0].item<int64_t>(), shape = t[static_cast<int64_t>(r)][1].item<int64_t>();
+      objects += color > 0;
+      for (int64_t o = 0; o < w.size(0); ++o) {
+        double y = b.data_ptr<float>()[o];
+        for (int64_t d = 0; d < hidden; ++d) y += static_cast<double>(w.data_ptr<float>()[o * hidden + d]) * x[d];
+        const double want = o < colors ? (color == o + 1 ? 1.0 : 0.0) : (shape == o - colors + 1 ? 1.0 : 0.0);
+        sum += (y - want) * (y - want);
+      }
+      ++rows;
+    }
+  }
+  REQUIRE(objects > 0);
+  CHECK(l.cell.item<double>() == Approx(sum / static_cast<double>(rows)).epsilon(1e-4));
+  // Its gradient reaches the decoder's first layer: the states are what it shapes.
+  {
+    at::AutoGradMode grad(true);
+    demo::batch_loss(model, batch, true, false).cell.backward();
+  }
+  bool layer0 = false;
+  for (const auto& p : model.text_params)
+    if (p.name.find("layers.0.") != std::string::npos && p.tensor.grad().defined() && p.tensor.grad().abs().sum().item<double>() > 0)
+      layer0 = true;
+  CHECK(layer0);
+  CHECK(model.cell_w.grad().abs().sum().item<double>() > 0);
+}
+
 TEST_CASE("demo attention loss: -log of the causal softmax mass on the targets, or KL to even mass", "[demo][training]") {
   at::manual_seed(3);
   const int64_t n = 9, heads = 4, kv = 2, hd = 8;

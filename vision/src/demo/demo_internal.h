@@ -76,13 +76,18 @@ struct DemoModel {
   // [kMaxImagesLimit, text_hidden], [...]: the image probe (DemoTrainOptions::image_probe_weight),
   // reading the input of the objects hop's layer; undefined when the recipe has none.
   at::Tensor image_w, image_b;
+  // [kNumColors + kNumShapes, text_hidden], [...]: the cell readout
+  // (DemoTrainOptions::cell_readout_weight); undefined when the recipe has none.
+  at::Tensor cell_w, cell_b;
   std::vector<NamedParameter> vision_params;  // tower + connector + probe
   std::vector<NamedParameter> text_params;    // decoder
 };
 // Fresh weights from `seed` (N(0, 0.02) matrices and embeddings, zero biases, unit norms), for
 // the config at `config_path`; with image_probe, the image probe too (drawn last: the other
 // weights are the same either way).
-DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe = false);
+// With cell_readout, the cell readout too (drawn after everything else).
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe = false,
+                          bool cell_readout = false);
 // Every exported tensor under its reference (transformers) name, as a view of the model's own
 // tensors (fused q/k/v and gate/up split by narrowing): the one naming table of export and import.
 std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const DemoModel& model);
@@ -239,6 +244,7 @@ struct BatchLoss {
   int64_t n_found = 0, c_found = 0;  // lookup probe rows, and those with every target right
   at::Tensor image;    // image probe: mean CE over visual tokens and asked-about words (undefined: no probe)
   int64_t n_image = 0, c_image = 0;  // image probe rows, and those right
+  at::Tensor cell;     // cell readout: mean squared error over visual tokens (undefined: none)
   std::array<double, kAttnHops> attn_hops{};  // per hop kind, the mean -log mass (diagnostics; -1: none)
   std::array<double, kLookups> lookups{};     // hop 2 per Lookup, the mean -log mass (-1: none)
   int64_t n_turns = 0, n_correct = 0;                 // teacher-forced exact match per turn
@@ -266,7 +272,7 @@ at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t
 // them, a part of the batch gives its share of each mean (its sum over the whole batch's count),
 // and the shares of all parts add up to the whole batch's loss (data parallelism).
 struct LossCounts {
-  int64_t cells = 0, patches = 0, turns = 0, image_rows = 0;
+  int64_t cells = 0, patches = 0, turns = 0, image_rows = 0, readout_cells = 0;
   std::array<int64_t, kAttnHops> hop_terms{};      // (row, head) terms per hop kind
   std::array<int64_t, kLookups> lookup_terms{};    // hop-2 terms per Lookup
   std::array<int64_t, kFoundFields> found_targets{};  // lookup-probe rows with a target per field

@@ -138,7 +138,7 @@ void write_demo_side_files(const std::string& dir, const DemoModelSize& z, const
   write_text((fs::path(dir) / "chat_template.jinja").string(), kDemoChatTemplate);
 }
 
-DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe) {
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe, bool cell_readout) {
   DemoModel m;
   m.tcfg = load_text_config(config_path);
   m.vcfg = Idefics3Config::from_file(config_path);
@@ -240,6 +240,12 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool im
     m.image_b = zeros(world::kMaxImagesLimit);
     tp.push_back({"image_probe.w", m.image_w, true});
     tp.push_back({"image_probe.b", m.image_b, false});
+  }
+  if (cell_readout) {
+    m.cell_w = normal({world::kNumColors + world::kNumShapes, h});
+    m.cell_b = zeros(world::kNumColors + world::kNumShapes);
+    tp.push_back({"cell_probe.w", m.cell_w, true});
+    tp.push_back({"cell_probe.b", m.cell_b, false});
   }
   return m;
 }

@@ -117,6 +117,7 @@ LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want
           c.found_targets[static_cast<size_t>(k)] += f[static_cast<size_t>(k)] != DemoSequence::kNoTarget;
     if (model.image_w.defined() && s.n_images > 0)
       c.image_rows += static_cast<int64_t>(s.image_pos.size() + s.asked_rows.size());
+    if (model.cell_w.defined()) c.readout_cells += static_cast<int64_t>(s.image_pos.size());
   }
   return c;
 }
@@ -174,7 +175,7 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   std::array<double, kLookups> lookup_sum{};
   std::array<int64_t, kLookups> lookup_n{};
   const int64_t n_layer = model.tcfg.n_layer;
-  std::vector<at::Tensor> found_logits, found_targets, image_logits, image_targets;
+  std::vector<at::Tensor> found_logits, found_targets, image_logits, image_targets, cell_errors;
   for (const DemoSequence& s : batch.seqs) {
     const at::Tensor logits = sequence_label_logits(
         model, feats, s, [&](int64_t layer, const at::Tensor& h, const at::Tensor& q, const at::Tensor& k) {
@@ -198,6 +199,19 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
             image_logits.push_back(
                 at::linear(h.index_select(0, at::tensor(rows, at::kLong)), model.image_w, model.image_b));
             image_targets.push_back(at::tensor(t, at::kLong));
+          }
+          // The cell readout reads the same input (the states after the layer's RMSNorm, which its
+          // keys are linear in): every visual token's must give its object's colour and shape as
+          // 0/1 indicators (all 0 for an empty cell).
+          if (model.cell_w.defined() && layer == hop_layer(2, n_layer) && s.n_images > 0) {
+            const at::Tensor xn = h.index_select(0, at::tensor(s.image_pos, at::kLong));
+            const at::Tensor t = batch.aux_targets.narrow(0, s.first_image, s.n_images).reshape({-1, 3});
+            // Class 0 is "no object": one_hot over 1 + K classes, the first column dropped.
+            const at::Tensor want = at::cat({at::one_hot(t.select(-1, 0), kAuxColors).narrow(-1, 1, kAuxColors - 1),
+                                             at::one_hot(t.select(-1, 1), kAuxShapes).narrow(-1, 1, kAuxShapes - 1)},
+                                            -1)
+                                        .to(at::kFloat);
+            cell_errors.push_back((at::linear(xn, model.cell_w, model.cell_b) - want).pow(2).sum());
           }
           for (int kind = 0; kind < kAttnHops; ++kind) {
             const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
@@ -288,6 +302,14 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     out.n_image = il.size(0);
     out.c_image = (il.detach().argmax(-1) == it).sum().item<int64_t>();
   }
+  if (!cell_errors.empty()) {
+    const int64_t rows = whole ? whole->readout_cells : [&] {
+      int64_t n = 0;
+      for (const DemoSequence& s : batch.seqs) n += static_cast<int64_t>(s.image_pos.size());
+      return n;
+    }();
+    out.cell = at::stack(cell_errors).sum() / static_cast<double>(std::max<int64_t>(1, rows));
+  }
   out.attn = at::zeros({});
   for (int kind = 0; kind < kAttnHops; ++kind) {
     const int64_t terms = whole ? whole->hop_terms[static_cast<size_t>(kind)] : hop_n[kind];
@@ -316,6 +338,7 @@ BatchLoss add_parts(const std::vector<BatchLoss>& parts) {
   for (size_t k = 0; k < parts.size(); ++k) {
     const BatchLoss& p = parts[k];
     add(t.answer, p.answer), add(t.aux, p.aux), add(t.attn, p.attn), add(t.found, p.found), add(t.image, p.image);
+    add(t.cell, p.cell);
     t.n_found += p.n_found, t.c_found += p.c_found, t.n_image += p.n_image, t.c_image += p.c_image;
     t.n_turns += p.n_turns, t.n_correct += p.n_correct;
     t.n_single += p.n_single, t.c_single += p.c_single, t.n_multi += p.n_multi, t.c_multi += p.c_multi;
@@ -376,6 +399,7 @@ json options_json(const DemoTrainOptions& o) {
   j["number_hops"] = o.number_hops;
   if (o.count_second_kv_head) j["count_second_kv_head"] = true;  // only when used
   if (o.count_weight != 1.0) j["count_weight"] = o.count_weight;   // only when used
+  if (o.cell_readout_weight > 0) j["cell_readout_weight"] = o.cell_readout_weight;  // only when used
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
   return j;
@@ -516,7 +540,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   write_demo_side_files(dir.string(), o.size, ids);
   say("tokenizer: " + std::to_string(tok.vocab_size()) + " tokens");
 
-  DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0);
+  DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0, o.cell_readout_weight > 0);
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
   const DemoData data(tok, o.size, proc, o.number_hops, o.count_second_kv_head, o.count_weight);
   int64_t n_params = 0;
@@ -686,6 +710,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         at::Tensor loss = st.vision_only ? l.aux
                                          : l.answer + o.aux_weight * (l.aux + l.found) + o.attn_weight * l.attn;
         if (l.image.defined()) loss = loss + o.image_probe_weight * l.image;  // chat stages with the probe
+        if (l.cell.defined()) loss = loss + o.cell_readout_weight * l.cell;      // and with the readout
         return loss;
       };
       BatchLoss l;
@@ -716,6 +741,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       pr.loss = loss.item<double>();
       pr.aux_loss = l.aux.item<double>();
       pr.found_loss = l.found.defined() ? l.found.item<double>() : 0.0;
+      pr.cell_loss = l.cell.defined() ? l.cell.item<double>() : -1.0;
       pr.answer_loss = l.answer.defined() ? l.answer.item<double>() : 0.0;
       pr.attn_loss = l.attn.defined() ? l.attn.item<double>() : 0.0;
       pr.attn_hops = l.attn_hops;

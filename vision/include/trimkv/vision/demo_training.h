@@ -113,6 +113,15 @@ struct DemoTrainOptions {
   // matching cells' mean spreads with a standard deviation of 0.39 nat for counts of two, and 2 of
   // 3 wrong counts in one-image conversations are one too few.
   double count_weight = 1.0;
+  // Weight of the cell readout (`--cell-readout-weight`; 0: none, the recipe). A count is read from
+  // the share its word keeps, and the matching cells' attention logits spread by about 0.5 nat even
+  // where the tower sees every object well: the keys are linear in the states, and a state says
+  // "square" as loudly as its picture does. With this weight a linear probe on each visual token's
+  // state as the objects hop's attention reads it (after the layer's RMSNorm: what its keys are
+  // linear in) must give the colour and the shape of the object whose centre lies in its cell as
+  // 0/1 indicators (squared error; empty cells all 0): a reading whose size is the same for every
+  // object of a kind, there for the keys to take.
+  double cell_readout_weight = 0.0;
   // The chat stages train the connector and the decoder, not the tower: with the language loss
   // flowing into it, the tower forgot what the vision stage taught it (the visual-token probe
   // fell from 97% to 22-46% of object cells in a few hundred steps), and the decoder then had
@@ -152,6 +161,7 @@ struct DemoProgress {
   double answer_loss = 0;   // cross-entropy of the answer tokens (chat stages)
   double aux_loss = 0;      // per-token targets
   double found_loss = 0;    // lookup probe: what the question words found (chat stages)
+  double cell_loss = -1;    // cell readout (DemoTrainOptions::cell_readout_weight; -1: none)
   double attn_loss = 0;     // attention targets: -log of the mass the supervised heads put on them
   std::array<double, 4> attn_hops{};  // per hop (label, question, objects, answer), -1 when none
   std::array<double, 4> lookups{};    // the objects hop by what it looks up by: shape, colour, every match (counts), whole images
