@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
+#include <string>
 
 #include "args.h"
 #include "commands.h"
@@ -16,6 +17,18 @@
 #include "trimkv/vision/world.h"
 
 namespace trimkv::cli {
+
+namespace {
+
+// A validation fraction, or "none" where the validation had no such conversation (-1).
+std::string fraction_or_none(double v) {
+  if (v < 0) return "none";
+  char text[16];
+  std::snprintf(text, sizeof text, "%.3f", v);
+  return text;
+}
+
+}  // namespace
 
 int cmd_train_demo(int argc, char** argv, int first) {
   const vision::DemoTrainOptions d;
@@ -123,8 +136,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
     const bool val = p.val_probe_objects >= 0;
     std::cerr << (tty ? "\r" : "") << line << (tty && !val ? "\033[K" : "\n");
     if (p.val_accuracy >= 0)
-      std::fprintf(stderr, "train-demo: validation exact match %.3f (single-image %.3f, multi-image %.3f)\n",
-                   p.val_accuracy, p.val_single, p.val_multi);
+      std::fprintf(stderr, "train-demo: validation exact match %.3f (single-image %s, multi-image %s)\n",
+                   p.val_accuracy, fraction_or_none(p.val_single).c_str(), fraction_or_none(p.val_multi).c_str());
     if (val)
       std::fprintf(stderr,
                    "train-demo: visual-token probe: object cells %.3f (colour %.3f, shape %.3f, size %.3f), empty "
@@ -146,8 +159,9 @@ int cmd_train_demo(int argc, char** argv, int first) {
               << "' (continue with the same options and --resume)\n";
     return 130;
   }
-  std::fprintf(stderr, "train-demo: done in %s; model in '%s' (validation %.3f, single-image %.3f, multi-image %.3f)\n",
-               format_duration(r.seconds).c_str(), r.model_dir.c_str(), r.val_accuracy, r.val_single, r.val_multi);
+  std::fprintf(stderr, "train-demo: done in %s; model in '%s' (validation %s, single-image %s, multi-image %s)\n",
+               format_duration(r.seconds).c_str(), r.model_dir.c_str(), fraction_or_none(r.val_accuracy).c_str(),
+               fraction_or_none(r.val_single).c_str(), fraction_or_none(r.val_multi).c_str());
   return 0;
 }
 
