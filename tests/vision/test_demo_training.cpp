@@ -53,6 +53,24 @@ DemoTrainOptions tiny(const std::string& out) {
 
 std::string file_bytes(const std::string& path) { return test::read_bytes(path); }
 
+// A training aid drawn after every other weight: `with` holds two text tensors more than `plain`,
+// and every weight they share is the same (the recipe's weights either way).
+void check_drawn_last(const demo::DemoModel& plain, const demo::DemoModel& with) {
+  REQUIRE(with.text_params.size() == plain.text_params.size() + 2);
+  for (size_t k = 0; k < plain.text_params.size(); ++k) CHECK(at::equal(plain.text_params[k].tensor, with.text_params[k].tensor));
+  for (size_t k = 0; k < plain.vision_params.size(); ++k) CHECK(at::equal(plain.vision_params[k].tensor, with.vision_params[k].tensor));
+}
+
+// The first n validation conversations of `seed`'s world, laid out as one batch.
+demo::DemoBatch validation_batch(const demo::DemoData& data, uint64_t seed, int64_t n) {
+  demo::DemoBatch batch;
+  demo::DemoData::Images images;
+  for (int64_t i = 0; i < n; ++i)
+    batch.seqs.push_back(data.layout(world::make_conversation(seed, world::Split::Val, i, world::WorldOptions{}), images));
+  demo::DemoData::finish(images, batch);
+  return batch;
+}
+
 }  // namespace
 
 TEST_CASE("world training conversations: base turns unchanged, extras and captions", "[demo][world]") {
@@ -690,14 +708,8 @@ TEST_CASE("demo image probe: rows are every visual token and each 'In image k' s
   // batch_loss reads it over every visual token and asked word, with a gradient.
   demo::DemoModel plain = demo::make_demo_model(dir + "/config.json", 4);
   demo::DemoModel probed = demo::make_demo_model(dir + "/config.json", 4, true);
-  REQUIRE(probed.text_params.size() == plain.text_params.size() + 2);
-  for (size_t k = 0; k < plain.text_params.size(); ++k) CHECK(at::equal(plain.text_params[k].tensor, probed.text_params[k].tensor));
-  for (size_t k = 0; k < plain.vision_params.size(); ++k) CHECK(at::equal(plain.vision_params[k].tensor, probed.vision_params[k].tensor));
-  demo::DemoBatch batch;
-  demo::DemoData::Images images;
-  for (int64_t i = 0; i < 6; ++i)
-    batch.seqs.push_back(data.layout(world::make_conversation(11, world::Split::Val, i, world::WorldOptions{}), images));
-  demo::DemoData::finish(images, batch);
+  check_drawn_last(plain, probed);
+  const demo::DemoBatch batch = validation_batch(data, 11, 6);
   int64_t rows = 0;
   for (const auto& s : batch.seqs) rows += static_cast<int64_t>(s.image_pos.size() + s.asked_rows.size());
   CHECK_FALSE(demo::batch_loss(plain, batch, true, false).image.defined());
@@ -713,16 +725,10 @@ TEST_CASE("demo cell readout: squared error of colour and shape indicators at th
   const std::string dir = default_model_dir();
   const Tokenizer tok = Tokenizer::from_file(dir + "/tokenizer.json");
   const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(dir), true, false, 1.0);
-  // Drawn after every other weight (and the image probe): the recipe's weights either way.
   const demo::DemoModel plain = demo::make_demo_model(dir + "/config.json", 4);
   const demo::DemoModel model = demo::make_demo_model(dir + "/config.json", 4, false, true);
-  REQUIRE(model.text_params.size() == plain.text_params.size() + 2);
-  for (size_t k = 0; k < plain.text_params.size(); ++k) CHECK(at::equal(plain.text_params[k].tensor, model.text_params[k].tensor));
-  demo::DemoBatch batch;
-  demo::DemoData::Images images;
-  for (int64_t i = 0; i < 4; ++i)
-    batch.seqs.push_back(data.layout(world::make_conversation(12, world::Split::Val, i, world::WorldOptions{}), images));
-  demo::DemoData::finish(images, batch);
+  check_drawn_last(plain, model);
+  const demo::DemoBatch batch = validation_batch(data, 12, 4);
   CHECK_FALSE(demo::batch_loss(plain, batch, true, false).cell.defined());
   const demo::BatchLoss l = demo::batch_loss(model, batch, true, false);
   REQUIRE(l.cell.defined());
