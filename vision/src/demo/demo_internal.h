@@ -11,6 +11,7 @@
 
 #include "trimkv/core/adamw.h"
 #include "trimkv/core/model_config.h"
+#include "trimkv/core/safetensors.h"
 #include "trimkv/core/text_decoder.h"
 #include "trimkv/core/tokenizer.h"
 #include "trimkv/vision/demo_training.h"
@@ -94,7 +95,8 @@ std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const Dem
 // model.safetensors with the reference names.
 void write_demo_weights(const DemoModel& model, const std::string& path);
 // The inverse: copies an exported model.safetensors into `model` (Error naming a missing tensor
-// or a shape that differs).
+// or a shape that differs), from a file already open or from its path.
+void load_demo_weights(DemoModel& model, const SafetensorsFile& file);
 void load_demo_weights(DemoModel& model, const std::string& path);
 
 // --- data (demo_data.cpp) ---------------------------------------------------------------------

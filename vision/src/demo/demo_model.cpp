@@ -312,17 +312,18 @@ void write_demo_weights(const DemoModel& m, const std::string& path) {
   write_safetensors(path, out, {{"format", "pt"}});
 }
 
-void load_demo_weights(DemoModel& m, const std::string& path) {
-  const WeightStore ws = WeightStore::open_file(path);
+void load_demo_weights(DemoModel& m, const SafetensorsFile& file) {
   at::NoGradGuard no_grad;
   for (auto& [name, view] : demo_reference_tensors(m)) {
-    const TensorInfo* info = ws.find(name);
-    TRIMKV_CHECK(info, Format, "'", path, "' lacks tensor '", name, "'");
-    const at::Tensor t = tensor_to_float(*info);
-    TRIMKV_CHECK(t.sizes() == view.sizes(), Shape, "'", path, "': tensor '", name, "' has shape ", t.sizes(),
+    const auto it = file.tensors().find(name);
+    TRIMKV_CHECK(it != file.tensors().end(), Format, "'", file.path(), "' lacks tensor '", name, "'");
+    const at::Tensor t = tensor_to_float(it->second);
+    TRIMKV_CHECK(t.sizes() == view.sizes(), Shape, "'", file.path(), "': tensor '", name, "' has shape ", t.sizes(),
                  ", expected ", view.sizes());
     view.copy_(t);
   }
 }
+
+void load_demo_weights(DemoModel& m, const std::string& path) { load_demo_weights(m, SafetensorsFile(path)); }
 
 }  // namespace trimkv::vision::demo

@@ -204,14 +204,14 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
           // keys are linear in): every visual token's must give its object's colour and shape as
           // 0/1 indicators (all 0 for an empty cell).
           if (model.cell_w.defined() && layer == hop_layer(2, n_layer) && s.n_images > 0) {
-            const at::Tensor xn = h.index_select(0, at::tensor(s.image_pos, at::kLong));
+            const at::Tensor states = h.index_select(0, at::tensor(s.image_pos, at::kLong));
             const at::Tensor t = batch.aux_targets.narrow(0, s.first_image, s.n_images).reshape({-1, 3});
             // Class 0 is "no object": one_hot over 1 + K classes, the first column dropped.
             const at::Tensor want = at::cat({at::one_hot(t.select(-1, 0), kAuxColors).narrow(-1, 1, kAuxColors - 1),
                                              at::one_hot(t.select(-1, 1), kAuxShapes).narrow(-1, 1, kAuxShapes - 1)},
                                             -1)
                                         .to(at::kFloat);
-            cell_errors.push_back((at::linear(xn, model.cell_w, model.cell_b) - want).pow(2).sum());
+            cell_errors.push_back((at::linear(states, model.cell_w, model.cell_b) - want).pow(2).sum(-1));  // per token
           }
           for (int kind = 0; kind < kAttnHops; ++kind) {
             const AttnHop& hop = s.hops[static_cast<size_t>(kind)];
@@ -303,12 +303,8 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     out.c_image = (il.detach().argmax(-1) == it).sum().item<int64_t>();
   }
   if (!cell_errors.empty()) {
-    const int64_t rows = whole ? whole->readout_cells : [&] {
-      int64_t n = 0;
-      for (const DemoSequence& s : batch.seqs) n += static_cast<int64_t>(s.image_pos.size());
-      return n;
-    }();
-    out.cell = at::stack(cell_errors).sum() / static_cast<double>(std::max<int64_t>(1, rows));
+    const at::Tensor e = at::cat(cell_errors);
+    out.cell = whole ? e.sum() / static_cast<double>(std::max<int64_t>(1, whole->readout_cells)) : e.mean();
   }
   out.attn = at::zeros({});
   for (int kind = 0; kind < kAttnHops; ++kind) {
@@ -619,7 +615,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   if (init_is_model) {
     // A model folder (or its model.safetensors): the exported weights under the reference names;
     // the training aids (probes) keep their fresh weights.
-    load_demo_weights(model, init_weights);
+    load_demo_weights(model, *init_file);
     say("initial weights from the model '" + init_weights + "' (probes fresh)");
   } else if (init_file) {
     const SafetensorsFile& init = *init_file;
