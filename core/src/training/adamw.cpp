@@ -37,11 +37,12 @@ double AdamW::step(double lr) {
     at::Tensor p = m_params[k].tensor;
     if (!p.grad().defined()) continue;  // as torch: a parameter without gradient is left alone
     at::Tensor g = coef < 1.0 ? p.grad() * coef : p.grad();
-    if (m_params[k].decay && m_opt.weight_decay != 0) p.mul_(1.0 - lr * m_opt.weight_decay);
+    const double rate = lr * m_params[k].lr_scale;
+    if (m_params[k].decay && m_opt.weight_decay != 0) p.mul_(1.0 - rate * m_opt.weight_decay);
     m_m[k].mul_(m_opt.beta1).add_(g, 1.0 - m_opt.beta1);
     m_v[k].mul_(m_opt.beta2).addcmul_(g, g, 1.0 - m_opt.beta2);
     at::Tensor denom = (m_v[k].sqrt() / std::sqrt(bc2)).add_(m_opt.eps);
-    p.addcdiv_(m_m[k], denom, -lr / bc1);
+    p.addcdiv_(m_m[k], denom, -rate / bc1);
   }
   return total;
 }

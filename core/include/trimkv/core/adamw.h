@@ -17,6 +17,7 @@ struct NamedParameter {
   std::string name;
   at::Tensor tensor;  // a leaf with requires_grad
   bool decay = true;  // whether weight decay applies (matrices yes; norms, biases usually not)
+  double lr_scale = 1.0;  // its rate is step()'s times this (decay included), as a torch param group's lr
 };
 
 struct AdamWOptions {
