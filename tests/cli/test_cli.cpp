@@ -278,6 +278,9 @@ TEST_CASE("the option parser: numbers that do not parse, fractions for integers,
   require_clean_error(run_cli({"generate", "--top-p", "half"}), "option '--top-p' needs a number from 0 to 1, got 'half'");
   require_clean_error(run_cli({"generate", "--max-new-tokens", "2.5"}), "option '--max-new-tokens' needs an integer");
   require_clean_error(run_cli({"generate", "--temperature", "nan"}), "option '--temperature' needs a number");
+  // An option that only means something with another.
+  require_clean_error(run_cli({"train-demo", "--out", "/nonexistent/demo", "--tower-lr-scale", "0.1"}),
+                      "--tower-lr-scale sets the tower's rate in the chat stages: it needs --train-tower");
   const Run r = run_cli({"train-gates", "--steps", "0"});
   REQUIRE(r.code == 2);
   REQUIRE_THAT(r.err, Catch::Contains("option '--steps' needs an integer from 1 to 100000000, got '0'"));

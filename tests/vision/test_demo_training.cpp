@@ -830,4 +830,15 @@ TEST_CASE("demo chat stages with a frozen tower give the tower no gradient", "[d
     }
     CHECK(model.text_params.front().tensor.grad().defined());
   }
+  // What the optimiser gets: no tower when frozen; when not, the tower at its own rate scale.
+  const auto is_tower = [](const NamedParameter& p) { return p.name.rfind("vision.", 0) == 0; };
+  const auto frozen = demo::stage_params(model, false, true, 0.1);
+  CHECK(std::none_of(frozen.begin(), frozen.end(), is_tower));
+  CHECK(frozen.size() + std::count_if(model.vision_params.begin(), model.vision_params.end(), is_tower) ==
+        model.vision_params.size() + model.text_params.size());
+  for (const NamedParameter& p : demo::stage_params(model, false, false, 0.1)) {
+    INFO(p.name);
+    CHECK(p.lr_scale == (is_tower(p) ? 0.1 : 1.0));
+  }
+  for (const NamedParameter& p : demo::stage_params(model, true, true, 0.1)) CHECK(p.lr_scale == 1.0);
 }

@@ -286,6 +286,10 @@ LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want
 // part's share (sum / whole count; 0 where the part has none); null: the batch's own means.
 BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower,
                      const LossCounts* whole = nullptr);
+// What a stage trains: the vision stage the tower, connector and probes; the chat stages also
+// the decoder, and the tower only when it is not frozen (at tower_lr_scale times their rate).
+std::vector<NamedParameter> stage_params(const DemoModel& m, bool vision_only, bool freeze_tower,
+                                         double tower_lr_scale);
 // The parts' BatchLoss added up: counters and shares summed (losses detached), diagnostics -1
 // where the first part has -1 (none in the whole batch).
 BatchLoss add_parts(const std::vector<BatchLoss>& parts);

@@ -350,6 +350,20 @@ BatchLoss add_parts(const std::vector<BatchLoss>& parts) {
   return t;
 }
 
+std::vector<NamedParameter> stage_params(const DemoModel& m, bool vision_only, bool freeze_tower,
+                                         double tower_lr_scale) {
+  if (vision_only) return m.vision_params;
+  std::vector<NamedParameter> p;
+  for (const NamedParameter& v : m.vision_params) {
+    const bool tower = v.name.rfind("vision.", 0) == 0;
+    if (freeze_tower && tower) continue;
+    p.push_back(v);
+    if (tower) p.back().lr_scale = tower_lr_scale;
+  }
+  p.insert(p.end(), m.text_params.begin(), m.text_params.end());
+  return p;
+}
+
 }  // namespace demo
 
 namespace {
@@ -396,6 +410,7 @@ json options_json(const DemoTrainOptions& o) {
   if (o.count_second_kv_head) j["count_second_kv_head"] = true;  // only when used
   if (o.count_weight != 1.0) j["count_weight"] = o.count_weight;   // only when used
   if (o.cell_readout_weight > 0) j["cell_readout_weight"] = o.cell_readout_weight;  // only when used
+  if (o.tower_lr_scale != 1.0) j["tower_lr_scale"] = o.tower_lr_scale;              // only when used
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
   return j;
@@ -430,17 +445,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 std::vector<NamedParameter> all_params(const DemoModel& m) {
   std::vector<NamedParameter> p = m.vision_params;
-  p.insert(p.end(), m.text_params.begin(), m.text_params.end());
-  return p;
-}
-
-// What a stage trains: the vision stage the tower, connector and probes; the chat stages also
-// the decoder, and the tower only when it is not frozen.
-std::vector<NamedParameter> stage_params(const DemoModel& m, bool vision_only, bool freeze_tower) {
-  if (vision_only) return m.vision_params;
-  std::vector<NamedParameter> p;
-  for (const NamedParameter& v : m.vision_params)
-    if (!freeze_tower || v.name.rfind("vision.", 0) != 0) p.push_back(v);
   p.insert(p.end(), m.text_params.begin(), m.text_params.end());
   return p;
 }
@@ -653,7 +657,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     AdamWOptions ao;
     ao.weight_decay = o.weight_decay;
     ao.clip = o.clip;
-    const std::vector<NamedParameter> params = stage_params(model, st.vision_only, o.freeze_tower);
+    const std::vector<NamedParameter> params = stage_params(model, st.vision_only, o.freeze_tower, o.tower_lr_scale);
     AdamW adam(params, ao);
     if (ckpt_file && step > 0) adam.load_state("adam.", *ckpt_file, ckpt_path);
     ckpt_file = nullptr;

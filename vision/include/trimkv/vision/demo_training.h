@@ -127,6 +127,9 @@ struct DemoTrainOptions {
   // fell from 97% to 22-46% of object cells in a few hundred steps), and the decoder then had
   // nothing to find objects by.
   bool freeze_tower = true;
+  // With freeze_tower false: the tower's rate in the chat stages, relative to the stage's (the
+  // connector and decoder at the stage's own); 1 trains it as fast as the rest.
+  double tower_lr_scale = 1.0;
   int max_extra_turns = 6;        // question turns added to each training conversation
   double describe_probability = 0.25;
   int64_t tokenizer_conversations = 3000;
