@@ -18,7 +18,13 @@ every key's residual-stream RMS been its kind's median (a key scales with 1 / RM
 layer's RMSNorm): whether the spread comes from the norms of the states or their directions. And
 the wrong answers by how far they miss (answered less expected).
 
-Usage (oracle environment): demo_count_attention.py MODEL_DIR WORLD.jsonl RECORDS.jsonl [OUT.json [CHECKPOINT]]
+Also: the separation of neighbouring counts by the cells' summed weight relative to the word, to the
+first token, or to nothing; and how much of a matching cell's departure the object's size, cell, shape
+and colour explain. `--mask-layer0-visual HEADS` (e.g. 0,1,2,3) reads everything with layer 0's
+visual tokens unable to attend to other visual tokens in those query heads: whether their mixing
+there makes the cells uneven (the "argmax" column is then the answers of the masked model).
+
+Usage (oracle environment): demo_count_attention.py [--mask-layer0-visual HEADS] MODEL_DIR WORLD.jsonl RECORDS.jsonl [OUT.json [CHECKPOINT]]
 """
 import collections
 import json
@@ -37,8 +43,29 @@ COLORS = ["red", "green", "blue", "yellow", "purple", "orange"]
 SIDE = 6  # visual tokens per image side (36 per image)
 
 
-def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
+def mask_layer0_visual(heads, visual):
+    """Layer 0's eager attention with visual[k] queries kept from other visual keys in `heads`
+    (visual: a bool tensor over the sequence, set per forward pass through its list)."""
+    import transformers.models.llama.modeling_llama as llama
+    eager = llama.eager_attention_forward
+
+    def masked(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+        if module.layer_idx == 0:
+            v = visual[0]
+            block = v[:, None] & v[None, :] & ~torch.eye(len(v), dtype=torch.bool)
+            extra = torch.zeros(query.shape[1], len(v), len(v))
+            for h in heads:
+                extra[h][block] = float("-inf")
+            attention_mask = (attention_mask if attention_mask is not None else 0) + extra[None]
+        return eager(module, query, key, value, attention_mask, scaling, dropout, **kwargs)
+    llama.eager_attention_forward = masked
+
+
+def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_heads=None):
     world = Path(world_jsonl).parent
+    visual = [None]
+    if mask_heads is not None:
+        mask_layer0_visual(mask_heads, visual)
     probe = None
     if checkpoint:
         from safetensors.torch import load_file
@@ -89,11 +116,13 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
             # With the answer's leading space: the last position is where the digit is chosen (the
             # rows before it are the same without it).
             inputs = proc(text=[text + " "], images=[images], return_tensors="pt")
+            visual[0] = inputs["input_ids"][0] == image_id
             with torch.no_grad():
                 out = model(**inputs, output_attentions=True)
             att = out.attentions[1][0]  # [heads, q, k]
             digit = digits.get(int(turn["answer"]), [])
             p_right = float(torch.softmax(out.logits[0, -1], -1)[digit[0]]) if len(digit) == 1 else None
+            argmax_right = len(digit) == 1 and int(out.logits[0, -1].argmax()) == digit[0]
             ids = inputs["input_ids"][0].tolist()
             image_pos = [p for p, x in enumerate(ids) if x == image_id]
             # The counted word: the question's last colour (count_color) or shape word.
@@ -103,7 +132,7 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                 continue
             names = COLORS if attr == "color" else SHAPES
             about = [a - 1 for a in turn["about"]]
-            cells, n, margins = set(), 0, []
+            cells, n, margins, objects = set(), 0, [], {}
             if probe is not None:
                 logits = connector_out[-1] @ probe[0].T + probe[1]  # [images, cells, classes]
             connector_out.clear()
@@ -117,6 +146,8 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                     col = min(SIDE - 1, max(0, int((o["center"][0] + 0.5) // cell)))
                     row = min(SIDE - 1, max(0, int((o["center"][1] + 0.5) // cell)))
                     cells.add(image_pos[a * SIDE * SIDE + row * SIDE + col])
+                    objects[image_pos[a * SIDE * SIDE + row * SIDE + col]] = (
+                        2 * o["radius"] / scene["size"], (row, col), (o["shape"], o["color"]))
                     if probe is not None:
                         lo = logits[a, row * SIDE + col]
                         lo = lo[:1 + len(COLORS)] if attr == "color" else lo[1 + len(COLORS):2 + len(COLORS) + len(SHAPES)]
@@ -131,7 +162,8 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                     q, kk = apply_rotary_pos_emb(split(attn.q_proj(x)), split(attn.k_proj(x)), cos, sin)
                 pos = [anchor] + sorted(cells)
                 raw.append((n, [float(q[0, 0, anchor] @ kk[0, 0, p]) / attn.head_dim ** 0.5 for p in pos],
-                            [float(captured["h"][p].pow(2).mean().sqrt()) for p in pos]))
+                            [float(captured["h"][p].pow(2).mean().sqrt()) for p in pos],
+                            float(q[0, 0, anchor] @ kk[0, 0, 0]) / attn.head_dim ** 0.5, [objects[p] for p in pos[1:]]))
             asked = {image_pos[a * SIDE * SIDE + j] for a in about for j in range(SIDE * SIDE)}
             record = correct.get((conv["id"], k), {})
             if n >= 2 and len(cells) == n and margins:
@@ -141,7 +173,7 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
             for head in (0, 1):
                 a = att[head, anchor]
                 rows.append({"id": conv["id"], "turn": k, "type": kind, "head": head, "n": n,
-                             "correct": record.get("correct"), "p_right": p_right,
+                             "correct": record.get("correct"), "p_right": p_right, "argmax_right": argmax_right,
                              "answered": int(record["generated"]) if record.get("generated", "").strip().isdigit() else None,
                              "self": float(a[anchor]), "match": float(sum(a[p] for p in cells)),
                              "other_cells": float(sum(a[p] for p in asked - cells)),
@@ -157,7 +189,7 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
         mean = lambda f: sum(r[f] for r in g) / len(g)
         print(f"{key[0]}  {str(key[1]):5}  {len(g) // 2:5}  {mean('self'):.3f}  {mean('match'):.3f}  "
               f"{mean('other_cells'):.3f}        {mean('other_images'):.3f}")
-    print("n  turns  self share: median  10-90%      right: model  nearest 1/(n'+1)  mean p(right digit)")
+    print("n  turns  self share: median  10-90%      right: model  nearest 1/(n'+1)  mean p(right digit)  argmax")
     by_n = collections.defaultdict(list)
     for r in rows:
         if r["head"] == 0 and r["n"] > 0 and r["correct"] is not None:
@@ -169,7 +201,8 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
         ps = [r["p_right"] for r in g if r["p_right"] is not None]
         print(f"{n}{'+' if n == 4 else ' '} {len(g):6}  {share[len(share) // 2]:.2f}  "
               f"{share[len(share) // 10]:.2f}-{share[(9 * len(share)) // 10]:.2f}   "
-              f"{sum(bool(r['correct']) for r in g):5} {nearest:8}       {sum(ps) / max(1, len(ps)):.2f}")
+              f"{sum(bool(r['correct']) for r in g):5} {nearest:8}       {sum(ps) / max(1, len(ps)):.2f}"
+              f"                {sum(r['argmax_right'] for r in g):5}")
     if seen:
         print("counts of two or more: a matching object's share relative to an even split, by the vision probe's margin at its cell")
         for attr in ("color", "shape"):
@@ -184,12 +217,12 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                              for lo, hi in buckets if ((ms >= lo) & (ms < hi)).any())
             print(f"  {attr}: {len(g)} objects, correlation {corr:.2f}; {text}")
     if raw:
-        word_rms = statistics.median(r[0] for _, _, r in raw)
-        cell_rms = statistics.median(v for _, _, r in raw for v in r[1:])
+        word_rms = statistics.median(r[0] for _, _, r, _, _ in raw)
+        cell_rms = statistics.median(v for _, _, r, _, _ in raw for v in r[1:])
         print(f"raw logits of the word's query (head 0); median RMS of the states: word {word_rms:.2f}, matching cells {cell_rms:.2f}")
         for label, even in (("as they are", False), ("every RMS at its median", True)):
             offset, within = collections.defaultdict(list), []
-            for n, logits, rms in raw:
+            for n, logits, rms, _, _ in raw:
                 if even:
                     logits = [logits[0] * rms[0] / word_rms] + [v * r / cell_rms for v, r in zip(logits[1:], rms[1:])]
                 cells_mean = sum(logits[1:]) / len(logits[1:])
@@ -199,6 +232,8 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
             print(f"  {label}: word less the cells' mean, sd " +
                   ", ".join(f"n={n}{'+' if n == 3 else ''} {statistics.pstdev(v):.2f}" for n, v in sorted(offset.items()) if len(v) > 1) +
                   (f"; a cell less its count's mean (n >= 2), sd {statistics.pstdev(within):.2f} of {len(within)}" if len(within) > 1 else ""))
+        report_references(raw)
+        report_cell_sources(raw)
     misses = collections.Counter()
     for r in rows:
         if r["head"] == 0 and r["correct"] is False and r["answered"] is not None:
@@ -216,6 +251,71 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None):
                       f"other-image attention {sum(r['other_images'] for r in h) / len(h):.3f}")
 
 
+def report_references(raw):
+    """How well neighbouring counts are told apart by the log of the cells' summed attention weight
+    relative to a reference: the word itself (the recipe's), the first token (whose key is the same
+    in every sequence), or none (the raw logits): d' = gap of the means / pooled standard deviation."""
+    print("  neighbouring counts told apart by logsumexp(cells' logits) less a reference (d'; an even spread "
+          "puts the gaps at ln 2 = 0.69 and ln 1.5 = 0.41)")
+    for label, ref in (("the word", lambda logits, bos: logits[0]), ("the first token", lambda logits, bos: bos),
+                       ("none", lambda logits, bos: 0.0)):
+        by_n = collections.defaultdict(list)
+        for n, logits, _, bos, _ in raw:
+            by_n[min(n, 3)].append(float(torch.tensor(logits[1:]).logsumexp(0)) - ref(logits, bos))
+        parts = []
+        for a, b in ((1, 2), (2, 3)):
+            if len(by_n[a]) > 1 and len(by_n[b]) > 1:
+                gap = statistics.mean(by_n[b]) - statistics.mean(by_n[a])
+                sd = ((statistics.pvariance(by_n[a]) + statistics.pvariance(by_n[b])) / 2) ** 0.5
+                parts.append(f"{a} v {b}: d' {gap / sd:.2f} (gap {gap:.2f}, sd {sd:.2f})")
+        print(f"    {label:15}: " + "; ".join(parts))
+
+
+def report_cell_sources(raw):
+    """Whether what the scene says of a matching object explains its cell's departure from its count's
+    mean logit: the standard deviation left after subtracting the mean per group, beside the same for
+    random groups as many (what grouping alone removes)."""
+    devs = []  # (departure, (relative size, cell, (shape, colour)))
+    for n, logits, _, _, objects in raw:
+        if n >= 2 and len(objects) == n:
+            mean = sum(logits[1:]) / n
+            devs += [(v - mean, o) for v, o in zip(logits[1:], objects)]
+    if len(devs) < 10:
+        return
+    def left(keys):
+        groups = collections.defaultdict(list)
+        for (d, _), k in zip(devs, keys):
+            groups[k].append(d)
+        means = {k: statistics.mean(v) for k, v in groups.items()}
+        return statistics.pstdev([d - means[k] for (d, _), k in zip(devs, keys)]), len(groups)
+    generator = torch.Generator().manual_seed(0)
+    print(f"  a matching cell less its count's mean logit (n >= 2): sd {statistics.pstdev(d for d, _ in devs):.2f} "
+          f"of {len(devs)}; left after each grouping (random groups as many in brackets)")
+    size = lambda o: min(0.4, round(o[0], 1))
+    for label, key in (("object size (2r / side, 0.1 steps)", size), ("cell", lambda o: o[1]),
+                       ("shape x colour", lambda o: o[2])):
+        sd, groups = left([key(o) for _, o in devs])
+        random_sd, _ = left(torch.randint(groups, (len(devs),), generator=generator).tolist())
+        print(f"    {label:36}: {sd:.2f} ({random_sd:.2f}), {groups} groups")
+    sizes = collections.defaultdict(list)
+    for d, o in devs:
+        sizes[size(o)].append(d)
+    print("    mean by object size: " + ", ".join(f"{s:.1f}: {statistics.mean(v):+.2f} ({len(v)})" for s, v in sorted(sizes.items())))
+    # Counts of two: how far apart the two cells' logits are when the objects are alike (same shape
+    # and colour, sizes within 5% of the side) and when not.
+    pairs = collections.defaultdict(list)
+    for n, logits, _, _, objects in raw:
+        if n == 2 and len(objects) == 2:
+            (a, b) = objects
+            alike = a[2] == b[2] and abs(a[0] - b[0]) <= 0.05
+            pairs[alike].append(abs(logits[1] - logits[2]))
+    print("    counts of two, |difference| of the two cells' logits: " + "; ".join(
+        f"{'alike' if k else 'unlike'} objects median {statistics.median(v):.2f} of {len(v)}" for k, v in sorted(pairs.items()) if v))
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).parent))
-    main(*sys.argv[1:])
+    args, heads = sys.argv[1:], None
+    if args[:1] == ["--mask-layer0-visual"]:
+        heads, args = [int(h) for h in args[1].split(",")], args[2:]
+    main(*args, mask_heads=heads)
