@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include <catch2/catch.hpp>
-#include <cmath>
 
 #include "trimkv/core/adamw.h"
 
@@ -45,23 +44,18 @@ TEST_CASE("adamw: a parameter's lr_scale is its rate, decay included; the others
   o.weight_decay = 0.05;
   o.clip = 0;  // clipping couples parameters through the global norm: off, so each can be run alone
   std::vector<NamedParameter> both = {leaf("a", a0, 0.25), leaf("b", b0)};
-  std::vector<NamedParameter> a_alone = {leaf("a", a0)}, b_alone = {leaf("b", b0)};
-  AdamW mixed(both, o), scaled(a_alone, o), plain(b_alone, o);
+  std::vector<NamedParameter> a_alone = {leaf("a", a0)}, b_alone = {leaf("b", b0)}, full = {leaf("a", a0)};
+  AdamW mixed(both, o), scaled(a_alone, o), plain(b_alone, o), unscaled(full, o);
   const double lr = 0.02;
   for (int step = 1; step <= 5; ++step) {
-    for (auto* ps : {&both, &a_alone, &b_alone}) set_grads(*ps, step);
+    for (auto* ps : {&both, &a_alone, &b_alone, &full}) set_grads(*ps, step);
     mixed.step(lr);
     scaled.step(lr * 0.25);
     plain.step(lr);
+    unscaled.step(lr);
   }
   CHECK(at::allclose(both[0].tensor.detach(), a_alone[0].tensor.detach(), 1e-6, 1e-7));
   CHECK(at::allclose(both[1].tensor.detach(), b_alone[0].tensor.detach(), 1e-6, 1e-7));
   // And the scale made a difference: at the full rate the first parameter ends elsewhere.
-  std::vector<NamedParameter> full = {leaf("a", a0)};
-  AdamW unscaled(full, o);
-  for (int step = 1; step <= 5; ++step) {
-    set_grads(full, step);
-    unscaled.step(lr);
-  }
   CHECK_FALSE(at::allclose(full[0].tensor.detach(), a_alone[0].tensor.detach(), 1e-4, 1e-5));
 }

@@ -41,6 +41,10 @@ from demo_fixtures import messages
 SHAPES = ["circle", "square", "triangle", "star"]
 COLORS = ["red", "green", "blue", "yellow", "purple", "orange"]
 SIDE = 6  # visual tokens per image side (36 per image)
+# One count's raw layer-1 logits from the counted word's query (head 0): n matching objects; logits
+# on the word, then on each matching cell; their states' RMS in the same order; the logit on the
+# first token; per matching cell, (2r / side, (row, col), (shape, colour)) of its object.
+RawCount = collections.namedtuple("RawCount", "n logits rms first objects")
 
 
 def mask_layer0_visual(heads, visual):
@@ -88,7 +92,7 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_h
         captured["x"] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0])[0]
         captured["rope"] = kwargs["position_embeddings"]
     layer.self_attn.register_forward_pre_hook(keep_attention_input, with_kwargs=True)
-    raw = []  # per count: (n, [logit on the word, on each matching cell], [their RMS])
+    raw = []  # a RawCount per count
     tok = proc.tokenizer
     image_id = tok.convert_tokens_to_ids("<image>")
     digits = {d: tok.encode(str(d), add_special_tokens=False) for d in range(10)}
@@ -145,15 +149,14 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_h
                     n += 1
                     col = min(SIDE - 1, max(0, int((o["center"][0] + 0.5) // cell)))
                     row = min(SIDE - 1, max(0, int((o["center"][1] + 0.5) // cell)))
-                    cells.add(image_pos[a * SIDE * SIDE + row * SIDE + col])
-                    objects[image_pos[a * SIDE * SIDE + row * SIDE + col]] = (
-                        2 * o["radius"] / scene["size"], (row, col), (o["shape"], o["color"]))
+                    position = image_pos[a * SIDE * SIDE + row * SIDE + col]
+                    cells.add(position)
+                    objects[position] = (2 * o["radius"] / scene["size"], (row, col), (o["shape"], o["color"]))
                     if probe is not None:
                         lo = logits[a, row * SIDE + col]
                         lo = lo[:1 + len(COLORS)] if attr == "color" else lo[1 + len(COLORS):2 + len(COLORS) + len(SHAPES)]
                         t = 1 + names.index(o[attr])
-                        margins.append((image_pos[a * SIDE * SIDE + row * SIDE + col],
-                                        float(lo[t] - torch.cat([lo[:t], lo[t + 1:]]).max())))
+                        margins.append((position, float(lo[t] - torch.cat([lo[:t], lo[t + 1:]]).max())))
             if cells:
                 attn, x = layer.self_attn, captured["x"]
                 cos, sin = captured["rope"]
@@ -161,9 +164,10 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_h
                 with torch.no_grad():
                     q, kk = apply_rotary_pos_emb(split(attn.q_proj(x)), split(attn.k_proj(x)), cos, sin)
                 pos = [anchor] + sorted(cells)
-                raw.append((n, [float(q[0, 0, anchor] @ kk[0, 0, p]) / attn.head_dim ** 0.5 for p in pos],
-                            [float(captured["h"][p].pow(2).mean().sqrt()) for p in pos],
-                            float(q[0, 0, anchor] @ kk[0, 0, 0]) / attn.head_dim ** 0.5, [objects[p] for p in pos[1:]]))
+                raw.append(RawCount(n, [float(q[0, 0, anchor] @ kk[0, 0, p]) / attn.head_dim ** 0.5 for p in pos],
+                                    [float(captured["h"][p].pow(2).mean().sqrt()) for p in pos],
+                                    float(q[0, 0, anchor] @ kk[0, 0, 0]) / attn.head_dim ** 0.5,
+                                    [objects[p] for p in pos[1:]]))
             asked = {image_pos[a * SIDE * SIDE + j] for a in about for j in range(SIDE * SIDE)}
             record = correct.get((conv["id"], k), {})
             if n >= 2 and len(cells) == n and margins:
@@ -217,12 +221,12 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_h
                              for lo, hi in buckets if ((ms >= lo) & (ms < hi)).any())
             print(f"  {attr}: {len(g)} objects, correlation {corr:.2f}; {text}")
     if raw:
-        word_rms = statistics.median(r[0] for _, _, r, _, _ in raw)
-        cell_rms = statistics.median(v for _, _, r, _, _ in raw for v in r[1:])
+        word_rms = statistics.median(r.rms[0] for r in raw)
+        cell_rms = statistics.median(v for r in raw for v in r.rms[1:])
         print(f"raw logits of the word's query (head 0); median RMS of the states: word {word_rms:.2f}, matching cells {cell_rms:.2f}")
         for label, even in (("as they are", False), ("every RMS at its median", True)):
             offset, within = collections.defaultdict(list), []
-            for n, logits, rms, _, _ in raw:
+            for n, logits, rms in ((r.n, r.logits, r.rms) for r in raw):
                 if even:
                     logits = [logits[0] * rms[0] / word_rms] + [v * r / cell_rms for v, r in zip(logits[1:], rms[1:])]
                 cells_mean = sum(logits[1:]) / len(logits[1:])
@@ -260,8 +264,8 @@ def report_references(raw):
     for label, ref in (("the word", lambda logits, bos: logits[0]), ("the first token", lambda logits, bos: bos),
                        ("none", lambda logits, bos: 0.0)):
         by_n = collections.defaultdict(list)
-        for n, logits, _, bos, _ in raw:
-            by_n[min(n, 3)].append(float(torch.tensor(logits[1:]).logsumexp(0)) - ref(logits, bos))
+        for r in raw:
+            by_n[min(r.n, 3)].append(float(torch.tensor(r.logits[1:]).logsumexp(0)) - ref(r.logits, r.first))
         parts = []
         for a, b in ((1, 2), (2, 3)):
             if len(by_n[a]) > 1 and len(by_n[b]) > 1:
@@ -276,10 +280,10 @@ def report_cell_sources(raw):
     mean logit: the standard deviation left after subtracting the mean per group, beside the same for
     random groups as many (what grouping alone removes)."""
     devs = []  # (departure, (relative size, cell, (shape, colour)))
-    for n, logits, _, _, objects in raw:
-        if n >= 2 and len(objects) == n:
-            mean = sum(logits[1:]) / n
-            devs += [(v - mean, o) for v, o in zip(logits[1:], objects)]
+    for r in raw:
+        if r.n >= 2 and len(r.objects) == r.n:
+            mean = sum(r.logits[1:]) / r.n
+            devs += [(v - mean, o) for v, o in zip(r.logits[1:], r.objects)]
     if len(devs) < 10:
         return
     def left(keys):
@@ -304,11 +308,11 @@ def report_cell_sources(raw):
     # Counts of two: how far apart the two cells' logits are when the objects are alike (same shape
     # and colour, sizes within 5% of the side) and when not.
     pairs = collections.defaultdict(list)
-    for n, logits, _, _, objects in raw:
-        if n == 2 and len(objects) == 2:
-            (a, b) = objects
+    for r in raw:
+        if r.n == 2 and len(r.objects) == 2:
+            a, b = r.objects
             alike = a[2] == b[2] and abs(a[0] - b[0]) <= 0.05
-            pairs[alike].append(abs(logits[1] - logits[2]))
+            pairs[alike].append(abs(r.logits[1] - r.logits[2]))
     print("    counts of two, |difference| of the two cells' logits: " + "; ".join(
         f"{'alike' if k else 'unlike'} objects median {statistics.median(v):.2f} of {len(v)}" for k, v in sorted(pairs.items()) if v))
 
