@@ -190,30 +190,27 @@ std::vector<TemplateVar> parse_template_vars(const Args& args) {
   return vars;
 }
 
-OptionSpec weights_option() {
-  return {"weights", "FMT",
-          "hold the weight matrices as f32, bf16, f16, q8 (llama.cpp q8_0 blocks) or q4 (q4_0) (default: the "
-          "checkpoint's own dtype for bf16/f16 files, f32 otherwise); q8/q4 blocks made at load are cached for the next "
-          "load (TRIMKV_WEIGHT_CACHE=0: never)"};
+std::vector<OptionSpec> model_load_option_specs() {
+  return {
+      {"weights", "FMT",
+       "hold the weight matrices as f32, bf16, f16, q8 (llama.cpp q8_0 blocks) or q4 (q4_0) (default: the "
+       "checkpoint's own dtype for bf16/f16 files, f32 otherwise); q8/q4 blocks made at load are cached for the next "
+       "load (TRIMKV_WEIGHT_CACHE=0: never)"},
+      {"kv-dtype", "T",
+       "store the KV cache's K and V as f32, bf16 or f16; attention accumulates in f32 (default: f16 for "
+       "checkpoints stored in 16 bits or fewer, f32 for f32 ones); MiB budgets follow it"},
+      {"device", "D",
+       "where the model runs: cpu, cuda (weights, KV cache and decoder on the GPU; builds against a CUDA "
+       "LibTorch 2.x) or auto = the GPU when one can be used (default auto)"},
+      ranged_int("image-size", "PX",
+                 "image resolution, pixels on a side: SmolVLM/Idefics3 resize the longest edge to PX (fewer tiles "
+                 "below the processor's own), Qwen-VL allow PX x PX pixels per image (default: the processor's own)",
+                 1, 16384),
+  };
 }
 
-OptionSpec kv_dtype_option() {
-  return {"kv-dtype", "T",
-          "store the KV cache's K and V as f32, bf16 or f16; attention accumulates in f32 (default: f16 for "
-          "checkpoints stored in 16 bits or fewer, f32 for f32 ones); MiB budgets follow it"};
-}
-
-OptionSpec device_option() {
-  return {"device", "D",
-          "where the model runs: cpu, cuda (weights, KV cache and decoder on the GPU; builds against a CUDA "
-          "LibTorch 2.x) or auto = the GPU when one can be used (default auto)"};
-}
-
-OptionSpec image_size_option() {
-  return ranged_int("image-size", "PX",
-                    "image resolution, pixels on a side: SmolVLM/Idefics3 resize the longest edge to PX (fewer tiles "
-                    "below the processor's own), Qwen-VL allow PX x PX pixels per image (default: the processor's own)",
-                    1, 16384);
+OptionSpec gates_option() {
+  return {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"};
 }
 
 std::vector<OptionSpec> sampling_option_specs() {
@@ -244,8 +241,6 @@ OptionSpec threads_option(const std::string& help) { return ranged_int("threads"
 // More than the machine's cores: set_compute_threads clamps, with a warning.
 int threads_arg(const Args& args) { return args.get_int("threads", 0); }
 
-int image_size_arg(const Args& args) { return args.get_int("image-size", 0); }
-
 namespace {
 // The value of option `name`, checked by `check` before the (slow) model load.
 std::string checked_arg(const Args& args, const char* name, void (*check)(const std::string&)) {
@@ -259,11 +254,16 @@ std::string checked_arg(const Args& args, const char* name, void (*check)(const 
 }
 }  // namespace
 
-std::string weights_arg(const Args& args) { return checked_arg(args, "weights", check_weights_option); }
-std::string kv_dtype_arg(const Args& args) { return checked_arg(args, "kv-dtype", check_kv_dtype_option); }
 std::string device_arg(const Args& args) {
   const std::string d = checked_arg(args, "device", check_device_option);
   return d.empty() ? "auto" : d;
+}
+
+void model_load_args(const Args& args, EngineOptions& options) {
+  options.weights = checked_arg(args, "weights", check_weights_option);
+  options.kv_dtype = checked_arg(args, "kv-dtype", check_kv_dtype_option);
+  options.device = device_arg(args);
+  options.image_size = args.get_int("image-size", 0);
 }
 
 std::string format_duration(double s) {

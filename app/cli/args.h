@@ -11,6 +11,10 @@
 #include "trimkv/core/chat_template.h"
 #include "trimkv/core/sampling.h"
 
+namespace trimkv {
+struct EngineOptions;
+}
+
 namespace trimkv::cli {
 
 // The values a numeric option accepts: integers (integer) or any finite number, from lo to hi.
@@ -78,10 +82,14 @@ class Args {
 // The repeatable --template-var NAME=VALUE options (UsageError naming a malformed one).
 std::vector<TemplateVar> parse_template_vars(const Args& args);
 
-// --weights FMT (how the model's weight matrices are held), shared by the model-loading
-// commands; weights_arg() checks it before the (slow) model load (UsageError naming it).
-OptionSpec weights_option();
-std::string weights_arg(const Args& args);
+// How a model-loading command (chat, generate, eval, eval-sweep, info) holds and runs its model:
+// --weights FMT (f32, bf16, f16, q8, q4), --kv-dtype T, --device D and --image-size PX, every one of
+// them in every such command. model_load_args() sets those four EngineOptions fields, each value
+// checked before the (slow) model load (UsageError naming the option).
+std::vector<OptionSpec> model_load_option_specs();
+void model_load_args(const Args& args, EngineOptions& options);
+// --gates FILE: the retention gates a model-loading command runs with.
+OptionSpec gates_option();
 // --temperature, --top-k, --top-p, --repetition-penalty, --seed (generate, chat), and the
 // sampling they give, checked before the (slow) model load (UsageError naming the problem).
 std::vector<OptionSpec> sampling_option_specs();
@@ -91,15 +99,8 @@ SamplingParams sampling_arg(const Args& args);
 // with a warning (set_compute_threads).
 OptionSpec threads_option(const std::string& help = "CPU threads (default: all cores)");
 int threads_arg(const Args& args);
-// --kv-dtype, likewise (kv_dtype_arg checks it first).
-OptionSpec kv_dtype_option();
-std::string kv_dtype_arg(const Args& args);
-// --device auto|cpu|cuda (compute_device.h), likewise; default auto.
-OptionSpec device_option();
+// --device auto|cpu|cuda (compute_device.h), checked before the model load; "auto" when absent.
 std::string device_arg(const Args& args);
-// --image-size (vision-language checkpoints), checked likewise (0 when not given).
-OptionSpec image_size_option();
-int image_size_arg(const Args& args);
 
 // "12m05s" / "1h02m" for progress lines.
 std::string format_duration(double seconds);

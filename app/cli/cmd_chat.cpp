@@ -59,13 +59,11 @@ int cmd_chat(int argc, char** argv, int first) {
   specs.insert(specs.end(), {
       threads_option("CPU threads (default: all cores)"),
       ranged_int("prefill-chunk", "N", "tokens per prefill forward (default 256)", 1, 1 << 20),
-      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
-      weights_option(),
-      kv_dtype_option(),
-      device_option(),
-      image_size_option(),
-      {"help", "", "show this help"},
+      gates_option(),
   });
+  const std::vector<OptionSpec> load = model_load_option_specs();
+  specs.insert(specs.end(), load.begin(), load.end());
+  specs.push_back({"help", "", "show this help"});
   add_policy_option_specs(specs);
   Args args("chat", specs, argc, argv, first);
   if (args.flag("help")) {
@@ -85,10 +83,7 @@ int cmd_chat(int argc, char** argv, int first) {
   options.threads = threads_arg(args);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
-  options.weights = weights_arg(args);
-  options.kv_dtype = kv_dtype_arg(args);
-  options.device = device_arg(args);
-  options.image_size = image_size_arg(args);
+  model_load_args(args, options);
   auto engine = vision::ChatEngine::load(model, options);
   if (eviction_requested(args)) engine->set_eviction(eviction);  // checked against the model
   if (!engine->has_chat_template()) throw UsageError(engine->chat_template_problem());

@@ -33,13 +33,11 @@ int cmd_eval(int argc, char** argv, int first) {
       {"records", "FILE", "write one JSON line per turn (expected, generated, correct, ...)"},
       threads_option("CPU threads (default: the library's)"),
       {"quiet", "", "no progress on stderr"},
-      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
-      weights_option(),
-      kv_dtype_option(),
-      device_option(),
-      image_size_option(),
-      {"help", "", "show this help"},
+      gates_option(),
   };
+  const std::vector<OptionSpec> load = model_load_option_specs();
+  specs.insert(specs.end(), load.begin(), load.end());
+  specs.push_back({"help", "", "show this help"});
   add_policy_option_specs(specs);
   Args args("eval", specs, argc, argv, first);
   if (args.flag("help")) {
@@ -62,10 +60,7 @@ int cmd_eval(int argc, char** argv, int first) {
   EngineOptions options;
   options.threads = threads_arg(args);
   options.gates = args.get("gates");
-  options.weights = weights_arg(args);
-  options.kv_dtype = kv_dtype_arg(args);
-  options.device = device_arg(args);
-  options.image_size = image_size_arg(args);
+  model_load_args(args, options);
 
   std::vector<std::string> read_failures;
   const std::vector<w::WorldRecord> conversations = w::read_world_jsonl(data, limit, &read_failures);

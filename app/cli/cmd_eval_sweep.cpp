@@ -286,7 +286,7 @@ EvictionSettings sweep_policy(const std::string& entry) {
 
 int cmd_eval_sweep(int argc, char** argv, int first) {
   namespace w = vision::world;
-  const std::vector<OptionSpec> specs = {
+  std::vector<OptionSpec> specs = {
       {"model", "DIR", "vision-language checkpoint folder (default: the embedded demo model)"},
       {"data", "FILE.jsonl", "world conversations (trimkv make-world)"},
       {"policies", "A,B,...", "eviction policies (trimkv generate --help lists them), each optionally with its options after colons, e.g. dbtrimkv:sinks=4 (the entry names its rows)"},
@@ -297,14 +297,12 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       {"match", "exact|contains", "scoring: the normalized reply equals the expected answer (default), or contains it as whole words (real models answer in sentences)"},
       ranged_int("max-new-tokens", "N", "answer length limit in tokens (default 8)", 0, 1 << 20),
       threads_option("CPU threads (default: the library's)"),
-      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
-      weights_option(),
-      kv_dtype_option(),
-      device_option(),
-      image_size_option(),
+      gates_option(),
       {"quiet", "", "no progress on stderr"},
-      {"help", "", "show this help"},
   };
+  const std::vector<OptionSpec> load = model_load_option_specs();
+  specs.insert(specs.end(), load.begin(), load.end());
+  specs.push_back({"help", "", "show this help"});
   Args args("eval-sweep", specs, argc, argv, first);
   if (args.flag("help")) {
     std::cout << Args::usage("eval-sweep",
@@ -379,10 +377,7 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
     EngineOptions options;
     options.threads = threads_arg(args);
     options.gates = args.get("gates");
-    options.weights = weights_arg(args);
-    options.kv_dtype = kv_dtype_arg(args);
-    options.device = device_arg(args);
-    options.image_size = image_size_arg(args);
+    model_load_args(args, options);
     engine = vision::ChatEngine::load(model, options);
   }
   std::optional<InterruptAction> ctrl_c(std::in_place, cancel);

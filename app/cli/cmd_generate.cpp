@@ -94,14 +94,12 @@ int cmd_generate(int argc, char** argv, int first) {
       {"ignore-eos", "", "keep generating after the end-of-sequence token"},
       threads_option("CPU threads (default: all cores)"),
       ranged_int("prefill-chunk", "N", "tokens per prefill forward (default 256)", 1, 1 << 20),
-      {"gates", "FILE", "retention gates file (default: the model folder's own; 'none' = no gates)"},
-      weights_option(),
-      kv_dtype_option(),
-      device_option(),
-      image_size_option(),
+      gates_option(),
       {"json", "", "print one JSON object instead of streaming text"},
-      {"help", "", "show this help"},
   });
+  const std::vector<OptionSpec> load = model_load_option_specs();
+  specs.insert(specs.end(), load.begin(), load.end());
+  specs.push_back({"help", "", "show this help"});
   add_policy_option_specs(specs);
   Args args("generate", specs, argc, argv, first);
   if (args.flag("help")) {
@@ -125,10 +123,7 @@ int cmd_generate(int argc, char** argv, int first) {
   options.threads = threads_arg(args);
   options.prefill_chunk = args.get_int("prefill-chunk", 256);
   options.gates = args.get("gates");
-  options.weights = weights_arg(args);
-  options.kv_dtype = kv_dtype_arg(args);
-  options.device = device_arg(args);
-  options.image_size = image_size_arg(args);
+  model_load_args(args, options);
   options.template_vars = parse_template_vars(args);
   // Chat-template prompts, images and vision-language checkpoints go through the conversation
   // engine; token-id prompts and raw text on text-only checkpoints through the text engine.

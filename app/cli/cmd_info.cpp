@@ -43,16 +43,14 @@ int describe_gates(const std::string& dir, const std::string& path, bool json) {
 }  // namespace
 
 int cmd_info(int argc, char** argv, int first) {
-  const std::vector<OptionSpec> specs = {
+  std::vector<OptionSpec> specs = {
       {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) or .gguf file (default: the embedded demo model)"},
       {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
-      weights_option(),
-      kv_dtype_option(),
-      device_option(),
-      image_size_option(),
       {"json", "", "print one JSON object"},
-      {"help", "", "show this help"},
   };
+  const std::vector<OptionSpec> load = model_load_option_specs();
+  specs.insert(specs.end(), load.begin(), load.end());
+  specs.push_back({"help", "", "show this help"});
   Args args("info", specs, argc, argv, first);
   if (args.flag("help")) {
     std::cout << Args::usage("info", "Describe a checkpoint: architecture, sizes, dtype.", specs);
@@ -62,10 +60,7 @@ int cmd_info(int argc, char** argv, int first) {
   if (args.has("gates")) return describe_gates(dir, args.get("gates"), args.flag("json"));
   // Vision-language checkpoints load through the VLM family registry; others as text models.
   EngineOptions options;
-  options.weights = weights_arg(args);
-  options.kv_dtype = kv_dtype_arg(args);
-  options.device = device_arg(args);
-  options.image_size = image_size_arg(args);
+  model_load_args(args, options);
   std::unique_ptr<vision::ChatEngine> vlm;
   if (vision::ChatEngine::is_vlm_checkpoint(dir)) vlm = vision::ChatEngine::load(dir, options);
   const ModelInfo i = vlm ? vlm->info() : Engine::load(dir, options)->info();
