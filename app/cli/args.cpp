@@ -190,8 +190,8 @@ std::vector<TemplateVar> parse_template_vars(const Args& args) {
   return vars;
 }
 
-std::vector<OptionSpec> model_load_option_specs() {
-  return {
+void add_model_load_option_specs(std::vector<OptionSpec>& specs) {
+  const std::vector<OptionSpec> mine = {
       {"weights", "FMT",
        "hold the weight matrices as f32, bf16, f16, q8 (llama.cpp q8_0 blocks) or q4 (q4_0) (default: the "
        "checkpoint's own dtype for bf16/f16 files, f32 otherwise); q8/q4 blocks made at load are cached for the next "
@@ -207,6 +207,13 @@ std::vector<OptionSpec> model_load_option_specs() {
                  "below the processor's own), Qwen-VL allow PX x PX pixels per image (default: the processor's own)",
                  1, 16384),
   };
+  insert_before_help(specs, mine);
+}
+
+void insert_before_help(std::vector<OptionSpec>& specs, const std::vector<OptionSpec>& more) {
+  auto at = specs.end();
+  if (!specs.empty() && specs.back().name == "help") --at;
+  specs.insert(at, more.begin(), more.end());
 }
 
 OptionSpec gates_option() {

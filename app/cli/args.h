@@ -79,14 +79,18 @@ class Args {
   std::map<std::string, NumericRange> m_ranges;  // numeric options by name
 };
 
+// `more` added to `specs` before a trailing --help, so that the help stays last.
+void insert_before_help(std::vector<OptionSpec>& specs, const std::vector<OptionSpec>& more);
+
 // The repeatable --template-var NAME=VALUE options (UsageError naming a malformed one).
 std::vector<TemplateVar> parse_template_vars(const Args& args);
 
 // How a model-loading command (chat, generate, eval, eval-sweep, info) holds and runs its model:
 // --weights FMT (f32, bf16, f16, q8, q4), --kv-dtype T, --device D and --image-size PX, every one of
-// them in every such command. model_load_args() sets those four EngineOptions fields, each value
-// checked before the (slow) model load (UsageError naming the option).
-std::vector<OptionSpec> model_load_option_specs();
+// them in every such command: added to `specs` before a trailing --help. model_load_args() sets
+// those four EngineOptions fields, each value checked before the (slow) model load (UsageError
+// naming the option).
+void add_model_load_option_specs(std::vector<OptionSpec>& specs);
 void model_load_args(const Args& args, EngineOptions& options);
 // --gates FILE: the retention gates a model-loading command runs with.
 OptionSpec gates_option();

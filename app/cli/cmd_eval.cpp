@@ -34,10 +34,9 @@ int cmd_eval(int argc, char** argv, int first) {
       threads_option("CPU threads (default: the library's)"),
       {"quiet", "", "no progress on stderr"},
       gates_option(),
+      {"help", "", "show this help"},
   };
-  const std::vector<OptionSpec> load = model_load_option_specs();
-  specs.insert(specs.end(), load.begin(), load.end());
-  specs.push_back({"help", "", "show this help"});
+  add_model_load_option_specs(specs);
   add_policy_option_specs(specs);
   Args args("eval", specs, argc, argv, first);
   if (args.flag("help")) {

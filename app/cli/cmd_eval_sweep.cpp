@@ -299,10 +299,9 @@ int cmd_eval_sweep(int argc, char** argv, int first) {
       threads_option("CPU threads (default: the library's)"),
       gates_option(),
       {"quiet", "", "no progress on stderr"},
+      {"help", "", "show this help"},
   };
-  const std::vector<OptionSpec> load = model_load_option_specs();
-  specs.insert(specs.end(), load.begin(), load.end());
-  specs.push_back({"help", "", "show this help"});
+  add_model_load_option_specs(specs);
   Args args("eval-sweep", specs, argc, argv, first);
   if (args.flag("help")) {
     std::cout << Args::usage("eval-sweep",

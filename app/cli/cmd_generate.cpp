@@ -96,10 +96,9 @@ int cmd_generate(int argc, char** argv, int first) {
       ranged_int("prefill-chunk", "N", "tokens per prefill forward (default 256)", 1, 1 << 20),
       gates_option(),
       {"json", "", "print one JSON object instead of streaming text"},
+      {"help", "", "show this help"},
   });
-  const std::vector<OptionSpec> load = model_load_option_specs();
-  specs.insert(specs.end(), load.begin(), load.end());
-  specs.push_back({"help", "", "show this help"});
+  add_model_load_option_specs(specs);
   add_policy_option_specs(specs);
   Args args("generate", specs, argc, argv, first);
   if (args.flag("help")) {

@@ -47,10 +47,9 @@ int cmd_info(int argc, char** argv, int first) {
       {"model", "DIR", "checkpoint folder (config.json, *.safetensors, tokenizer.json) or .gguf file (default: the embedded demo model)"},
       {"gates", "FILE", "check a retention-gates file (.safetensors or the authors' .pth) against the model's config.json alone (no weights needed) and describe it"},
       {"json", "", "print one JSON object"},
+      {"help", "", "show this help"},
   };
-  const std::vector<OptionSpec> load = model_load_option_specs();
-  specs.insert(specs.end(), load.begin(), load.end());
-  specs.push_back({"help", "", "show this help"});
+  add_model_load_option_specs(specs);
   Args args("info", specs, argc, argv, first);
   if (args.flag("help")) {
     std::cout << Args::usage("info", "Describe a checkpoint: architecture, sizes, dtype.", specs);

@@ -28,10 +28,7 @@ void add_policy_option_specs(std::vector<OptionSpec>& specs) {
        "write the eviction trace as JSON (schema: core/include/trimkv/core/trace.h)"},
       {"trace-csv", "FILE", "write per-head kept/evicted counts per eviction as CSV"},
   };
-  // Before --help, so the help stays last.
-  auto at = specs.end();
-  if (!specs.empty() && specs.back().name == "help") --at;
-  specs.insert(at, mine.begin(), mine.end());
+  insert_before_help(specs, mine);
 }
 
 std::string policy_help() {
