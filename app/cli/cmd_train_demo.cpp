@@ -56,7 +56,6 @@ int cmd_train_demo(int argc, char** argv, int first) {
       {"no-number-hops", "", "the labels hop averages the whole label and question instead of looking at the image number (the earlier recipe)"},
       {"count-second-kv-head", "", "counts are also taught on query head 2 (the objects hop layer's other KV head): a second reading of the counted word's share"},
       ranged_real("cell-readout-weight", "W", "weight of the cell readout: each visual token's normalised state at the objects hop must say its object's colour and shape as 0/1 indicators (default 0: none)", 0, 1e6),
-      ranged_real("token-prototype-weight", "W", "weight of the token prototypes: each object-centre visual token, RMS-normalised, must equal the sum of learned prototypes of its object's colour, shape and size and of its row and column (default 0: none)", 0, 1e6),
       ranged_real("count-weight", "W", "weight of the counts' even spread in the objects hop, relative to the other attention targets (default 1)", 0, 1e6),
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       ranged_real("tower-lr-scale", "F", "with --train-tower: the tower's rate in the chat stages, times the stage's (default 1)", 1e-6, 1e3),
@@ -107,7 +106,6 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.count_second_kv_head = args.flag("count-second-kv-head");
   o.count_weight = args.get_double("count-weight", d.count_weight);
   o.cell_readout_weight = args.get_double("cell-readout-weight", d.cell_readout_weight);
-  o.token_prototype_weight = args.get_double("token-prototype-weight", d.token_prototype_weight);
   o.freeze_tower = !args.flag("train-tower");
   o.tower_lr_scale = args.get_double("tower-lr-scale", d.tower_lr_scale);
   if (o.freeze_tower && args.has("tower-lr-scale"))
@@ -138,10 +136,6 @@ int cmd_train_demo(int argc, char** argv, int first) {
     if (p.cell_loss >= 0) {
       const size_t used = std::strlen(line);
       std::snprintf(line + used, sizeof line - used, "  cell %.3f", p.cell_loss);
-    }
-    if (p.prototype_loss >= 0) {
-      const size_t used = std::strlen(line);
-      std::snprintf(line + used, sizeof line - used, "  prototypes %.3f", p.prototype_loss);
     }
     const bool val = p.val_probe_objects >= 0;
     std::cerr << (tty ? "\r" : "") << line << (tty && !val ? "\033[K" : "\n");

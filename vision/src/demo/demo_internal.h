@@ -80,20 +80,15 @@ struct DemoModel {
   // [kNumColors + kNumShapes, text_hidden], [...]: the cell readout
   // (DemoTrainOptions::cell_readout_weight); undefined when the recipe has none.
   at::Tensor cell_w, cell_b;
-  // [kAuxOutputs + 2 side, text_hidden]: the token prototypes (DemoTrainOptions::
-  // token_prototype_weight), one row per colour, shape and size class and per row and column of the
-  // grid (zeros at the start); undefined when the recipe has none.
-  at::Tensor proto_w;
   std::vector<NamedParameter> vision_params;  // tower + connector + probe
   std::vector<NamedParameter> text_params;    // decoder
 };
 // Fresh weights from `seed` (N(0, 0.02) matrices and embeddings, zero biases, unit norms), for
 // the config at `config_path`; with image_probe, the image probe too (drawn last: the other
 // weights are the same either way).
-// With cell_readout, the cell readout too (drawn after everything else); with prototypes, the
-// token prototypes (zeros: no draw).
+// With cell_readout, the cell readout too (drawn after everything else).
 DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe = false,
-                          bool cell_readout = false, bool prototypes = false);
+                          bool cell_readout = false);
 // Every exported tensor under its reference (transformers) name, as a view of the model's own
 // tensors (fused q/k/v and gate/up split by narrowing): the one naming table of export and import.
 std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const DemoModel& model);
@@ -252,7 +247,6 @@ struct BatchLoss {
   at::Tensor image;    // image probe: mean CE over visual tokens and asked-about words (undefined: no probe)
   int64_t n_image = 0, c_image = 0;  // image probe rows, and those right
   at::Tensor cell;     // cell readout: mean squared error over visual tokens (undefined: none)
-  at::Tensor prototype;  // token prototypes: mean squared error over object-centre tokens (undefined: none)
   std::array<double, kAttnHops> attn_hops{};  // per hop kind, the mean -log mass (diagnostics; -1: none)
   std::array<double, kLookups> lookups{};     // hop 2 per Lookup, the mean -log mass (-1: none)
   int64_t n_turns = 0, n_correct = 0;                 // teacher-forced exact match per turn
@@ -280,7 +274,7 @@ at::Tensor attention_mass_loss(const at::Tensor& q, const at::Tensor& k, int64_t
 // them, a part of the batch gives its share of each mean (its sum over the whole batch's count),
 // and the shares of all parts add up to the whole batch's loss (data parallelism).
 struct LossCounts {
-  int64_t cells = 0, patches = 0, turns = 0, image_rows = 0, readout_cells = 0, object_cells = 0;
+  int64_t cells = 0, patches = 0, turns = 0, image_rows = 0, readout_cells = 0;
   std::array<int64_t, kAttnHops> hop_terms{};      // (row, head) terms per hop kind
   std::array<int64_t, kLookups> lookup_terms{};    // hop-2 terms per Lookup
   std::array<int64_t, kFoundFields> found_targets{};  // lookup-probe rows with a target per field

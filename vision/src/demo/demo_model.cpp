@@ -138,8 +138,7 @@ void write_demo_side_files(const std::string& dir, const DemoModelSize& z, const
   write_text((fs::path(dir) / "chat_template.jinja").string(), kDemoChatTemplate);
 }
 
-DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe, bool cell_readout,
-                          bool prototypes) {
+DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool image_probe, bool cell_readout) {
   DemoModel m;
   m.tcfg = load_text_config(config_path);
   m.vcfg = Idefics3Config::from_file(config_path);
@@ -247,10 +246,6 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool im
     m.cell_b = zeros(world::kNumColors + world::kNumShapes);
     tp.push_back({"cell_probe.w", m.cell_w, true});
     tp.push_back({"cell_probe.b", m.cell_b, false});
-  }
-  if (prototypes) {
-    m.proto_w = leaf(at::zeros({kAuxOutputs + 2 * side, h}, at::kFloat));
-    m.vision_params.push_back({"token_prototypes.w", m.proto_w, false});
   }
   return m;
 }

@@ -98,7 +98,6 @@ LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want
   if (!batch.pixels.defined()) return c;
   c.cells = batch.aux_targets.size(0) * batch.aux_targets.size(1);
   c.patches = batch.patch_targets.size(0) * batch.patch_targets.size(1);
-  if (model.proto_w.defined()) c.object_cells = (batch.aux_targets.select(-1, 0) > 0).sum().item<int64_t>();
   if (!want_answers) return c;
   const int64_t n_layer = model.tcfg.n_layer;
   for (const DemoSequence& s : batch.seqs) {
@@ -149,23 +148,6 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
     const at::Tensor where = at::linear(feats, model.pos_w, model.pos_b);  // [N, seq, 2 side]
     out.aux = out.aux + class_loss_share(where.narrow(-1, 0, side), at::floor_divide(cell, side), cells) +
               class_loss_share(where.narrow(-1, side, side), at::remainder(cell, side), cells);
-  }
-  if (model.proto_w.defined()) {
-    // Token prototypes: each object-centre token, RMS-normalised, against the sum of its colour's,
-    // shape's, size's, row's and column's prototypes.
-    const int64_t n = feats.size(0), seq = feats.size(1), side = model.pos_w.size(0) / 2;
-    const at::Tensor cell = at::arange(seq, at::kLong).unsqueeze(0).expand({n, seq});
-    const at::Tensor index = at::stack({batch.aux_targets.select(-1, 0), batch.aux_targets.select(-1, 1) + kAuxColors,
-                                        batch.aux_targets.select(-1, 2) + kAuxColors + kAuxShapes,
-                                        at::floor_divide(cell, side) + kAuxOutputs,
-                                        at::remainder(cell, side) + kAuxOutputs + side},
-                                       -1);                                                    // [N, seq, 5]
-    const at::Tensor object = batch.aux_targets.select(-1, 0) > 0;                              // [N, seq]
-    const at::Tensor z = feats * at::rsqrt(feats.pow(2).mean(-1, true) + 1e-6);
-    const at::Tensor want = at::embedding(model.proto_w, index).sum(-2);                        // [N, seq, h]
-    const at::Tensor e = (z - want).pow(2).mean(-1).masked_select(object);
-    const int64_t count = whole ? whole->object_cells : e.size(0);
-    out.prototype = e.sum() / static_cast<double>(std::max<int64_t>(1, count));
   }
   {
     // Probe accuracy: cells holding an object centre with colour, shape and size all right;
@@ -352,7 +334,7 @@ BatchLoss add_parts(const std::vector<BatchLoss>& parts) {
   for (size_t k = 0; k < parts.size(); ++k) {
     const BatchLoss& p = parts[k];
     add(t.answer, p.answer), add(t.aux, p.aux), add(t.attn, p.attn), add(t.found, p.found), add(t.image, p.image);
-    add(t.cell, p.cell), add(t.prototype, p.prototype);
+    add(t.cell, p.cell);
     t.n_found += p.n_found, t.c_found += p.c_found, t.n_image += p.n_image, t.c_image += p.c_image;
     t.n_turns += p.n_turns, t.n_correct += p.n_correct;
     t.n_single += p.n_single, t.c_single += p.c_single, t.n_multi += p.n_multi, t.c_multi += p.c_multi;
@@ -428,7 +410,6 @@ json options_json(const DemoTrainOptions& o) {
   if (o.count_second_kv_head) j["count_second_kv_head"] = true;  // only when used
   if (o.count_weight != 1.0) j["count_weight"] = o.count_weight;   // only when used
   if (o.cell_readout_weight > 0) j["cell_readout_weight"] = o.cell_readout_weight;  // only when used
-  if (o.token_prototype_weight > 0) j["token_prototype_weight"] = o.token_prototype_weight;  // only when used
   if (o.tower_lr_scale != 1.0) j["tower_lr_scale"] = o.tower_lr_scale;              // only when used
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
@@ -559,8 +540,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   write_demo_side_files(dir.string(), o.size, ids);
   say("tokenizer: " + std::to_string(tok.vocab_size()) + " tokens");
 
-  DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0, o.cell_readout_weight > 0,
-                                    o.token_prototype_weight > 0);
+  DemoModel model = make_demo_model(config_path, o.seed, o.image_probe_weight > 0, o.cell_readout_weight > 0);
   const Idefics3ProcessorConfig proc = Idefics3ProcessorConfig::from_folder(dir.string());
   const DemoData data(tok, o.size, proc, o.number_hops, o.count_second_kv_head, o.count_weight);
   int64_t n_params = 0;
@@ -731,7 +711,6 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                                          : l.answer + o.aux_weight * (l.aux + l.found) + o.attn_weight * l.attn;
         if (l.image.defined()) loss = loss + o.image_probe_weight * l.image;  // chat stages with the probe
         if (l.cell.defined()) loss = loss + o.cell_readout_weight * l.cell;      // and with the readout
-        if (l.prototype.defined()) loss = loss + o.token_prototype_weight * l.prototype;  // every stage
         return loss;
       };
       BatchLoss l;
@@ -763,7 +742,6 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       pr.aux_loss = l.aux.item<double>();
       pr.found_loss = l.found.defined() ? l.found.item<double>() : 0.0;
       pr.cell_loss = l.cell.defined() ? l.cell.item<double>() : -1.0;
-      pr.prototype_loss = l.prototype.defined() ? l.prototype.item<double>() : -1.0;
       pr.answer_loss = l.answer.defined() ? l.answer.item<double>() : 0.0;
       pr.attn_loss = l.attn.defined() ? l.attn.item<double>() : 0.0;
       pr.attn_hops = l.attn_hops;

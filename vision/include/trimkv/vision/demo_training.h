@@ -122,15 +122,6 @@ struct DemoTrainOptions {
   // 0/1 indicators (squared error; empty cells all 0): a reading whose size is the same for every
   // object of a kind, there for the keys to take.
   double cell_readout_weight = 0.0;
-  // Weight of the token prototypes (`--token-prototype-weight`; 0: none, the recipe). The matching
-  // cells' attention logits spread by about 0.5 nat from one drawing of an object to the next, and
-  // on the shipped model a quarter of the variance of the visual tokens at object centres (after
-  // the RMS normalisation the decoder applies) is explained by no attribute of the object or its
-  // cell. With this weight each such token, RMS-normalised, must equal the sum of learned
-  // prototypes of its object's colour, shape and size and of its row and column (mean squared
-  // error per dimension), in every stage: what the keys read from a token is then the same for
-  // every object of a kind in a cell.
-  double token_prototype_weight = 0.0;
   // The chat stages train the connector and the decoder, not the tower: with the language loss
   // flowing into it, the tower forgot what the vision stage taught it (the visual-token probe
   // fell from 97% to 22-46% of object cells in a few hundred steps), and the decoder then had
@@ -174,7 +165,6 @@ struct DemoProgress {
   double aux_loss = 0;      // per-token targets
   double found_loss = 0;    // lookup probe: what the question words found (chat stages)
   double cell_loss = -1;    // cell readout (DemoTrainOptions::cell_readout_weight; -1: none)
-  double prototype_loss = -1;  // token prototypes (DemoTrainOptions::token_prototype_weight; -1: none)
   double attn_loss = 0;     // attention targets: -log of the mass the supervised heads put on them
   std::array<double, 4> attn_hops{};  // per hop (label, question, objects, answer), -1 when none
   std::array<double, 4> lookups{};    // the objects hop by what it looks up by: shape, colour, every match (counts), whole images
