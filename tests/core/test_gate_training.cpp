@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "data_parallel_skip.h"
+#include "small_gate_run.h"
 #include "test_util.h"
 #include "trimkv/core/data_parallel.h"
 #include "trimkv/core/error.h"
@@ -99,19 +100,9 @@ std::string write_synthetic_data(const test::ScratchDir& dir, int n_lines, int l
 }
 
 TrainOptions small_run(const test::ScratchDir& dir, const std::string& data) {
-  TrainOptions o;
+  TrainOptions o = test::small_gate_run(dir.file("gates.safetensors"), 64);
   o.model_dir = test::model_dir("llama_gqa");
   o.data_path = data;
-  o.out_path = dir.file("gates.safetensors");
-  o.gate_hidden = 16;
-  o.budget = 4;
-  o.steps = 6;
-  o.lr = 0.05;
-  o.min_lr = 0.005;
-  o.warmup = 1;
-  o.checkpoint_every = 0;
-  o.max_len = 64;
-  o.seed = 3;
   return o;
 }
 

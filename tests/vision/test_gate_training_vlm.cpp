@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "small_gate_run.h"
 #include "trimkv/core/error.h"
 #include "trimkv/core/gate_training.h"
 #include "trimkv/core/session.h"
@@ -89,20 +90,7 @@ std::vector<at::Tensor> base_weights(const TextModel& m) {
   return out;
 }
 
-TrainOptions small_options(const std::string& out) {
-  TrainOptions o;
-  o.out_path = out;
-  o.gate_hidden = 16;
-  o.budget = 4;
-  o.steps = 6;
-  o.lr = 0.05;
-  o.min_lr = 0.005;
-  o.warmup = 1;
-  o.checkpoint_every = 0;
-  o.max_len = 4096;
-  o.seed = 3;
-  return o;
-}
+TrainOptions small_options(const std::string& out) { return test::small_gate_run(out, 4096); }
 
 }  // namespace
 
