@@ -48,50 +48,45 @@ int main(int argc, char** argv) {
   parser.setApplicationDescription(QStringLiteral("Multi-turn image chat with a live view of the KV cache under eviction."));
   parser.addHelpOption();
   parser.addVersionOption();
-  const QCommandLineOption modelOpt(QStringLiteral("model"), QStringLiteral("Model folder (default: the embedded demo model)."),
-                                    QStringLiteral("DIR"));
-  const QCommandLineOption shotOpt(QStringLiteral("screenshot"),
-                                   QStringLiteral("Run the sample conversation, save the window as FILE (PNG) and exit."),
-                                   QStringLiteral("FILE"));
-  const QCommandLineOption threadsOpt(QStringLiteral("threads"),
-                                      QStringLiteral("CPU threads for the model's math (default: every core)."),
-                                      QStringLiteral("N"));
-  parser.addOption(modelOpt);
-  parser.addOption(shotOpt);
-  parser.addOption(threadsOpt);
-  const QCommandLineOption weightsOpt(QStringLiteral("weights"),
-                                      QStringLiteral("Hold the weights as f32, bf16, f16, q8 or q4 (default: the checkpoint's own bf16/f16, else f32)."),
-                                      QStringLiteral("FMT"));
-  parser.addOption(weightsOpt);
-  const QCommandLineOption kvDtypeOpt(QStringLiteral("kv-dtype"),
-                                      QStringLiteral("Store the KV cache's K and V as f32, bf16 or f16 (default: f16 for 16-bit and quantised checkpoints, else f32)."),
-                                      QStringLiteral("T"));
-  parser.addOption(kvDtypeOpt);
-  const QCommandLineOption deviceOpt(QStringLiteral("device"),
-                                     QStringLiteral("Where the model runs: cpu, cuda or auto (the GPU when one can be used; default)."),
-                                     QStringLiteral("D"));
-  parser.addOption(deviceOpt);
-  const QCommandLineOption imageSizeOpt(QStringLiteral("image-size"),
-                                        QStringLiteral("Image resolution, pixels on a side (SmolVLM: longest edge; Qwen-VL: at most PX x PX pixels; default: the processor's own)."),
-                                        QStringLiteral("PX"));
-  parser.addOption(imageSizeOpt);
-  const QCommandLineOption budgetOpt(QStringLiteral("budget"),
-                                     QStringLiteral("KV entries per head the model's default policy starts at."),
-                                     QStringLiteral("M"));
-  const QCommandLineOption promptOpt(QStringLiteral("prompt"),
-                                     QStringLiteral("The first message (instead of the sample question); repeated, the turns --send sends (else the first is used)."),
-                                     QStringLiteral("TEXT"));
-  const QCommandLineOption imageOpt(QStringLiteral("image"),
-                                    QStringLiteral("An image for the first message (repeatable; instead of the sample's)."),
-                                    QStringLiteral("FILE"));
-  parser.addOption(budgetOpt);
-  parser.addOption(promptOpt);
-  parser.addOption(imageOpt);
-  const QCommandLineOption sendOpt(QStringLiteral("send"),
-                                   QStringLiteral("Send the --prompt messages (each after the previous answer) once the model is loaded, "
-                                                  "instead of leaving the first in the input; the last conversation is not offered, "
-                                                  "and this one is autosaved in its place."));
-  parser.addOption(sendOpt);
+  // Each option joins the parser where it is declared: --help lists them in this order.
+  auto option = [&parser](const char* name, const QString& help, const char* valueName = nullptr) {
+    QCommandLineOption o(QString::fromLatin1(name), help);
+    if (valueName) o.setValueName(QString::fromLatin1(valueName));
+    parser.addOption(o);
+    return o;
+  };
+  const QCommandLineOption modelOpt =
+      option("model", QStringLiteral("Model folder (default: the embedded demo model)."), "DIR");
+  const QCommandLineOption shotOpt = option(
+      "screenshot", QStringLiteral("Run the sample conversation, save the window as FILE (PNG) and exit."), "FILE");
+  const QCommandLineOption threadsOpt =
+      option("threads", QStringLiteral("CPU threads for the model's math (default: every core)."), "N");
+  const QCommandLineOption weightsOpt = option(
+      "weights",
+      QStringLiteral("Hold the weights as f32, bf16, f16, q8 or q4 (default: the checkpoint's own bf16/f16, else f32)."),
+      "FMT");
+  const QCommandLineOption kvDtypeOpt = option(
+      "kv-dtype",
+      QStringLiteral("Store the KV cache's K and V as f32, bf16 or f16 (default: f16 for 16-bit and quantised checkpoints, else f32)."),
+      "T");
+  const QCommandLineOption deviceOpt = option(
+      "device", QStringLiteral("Where the model runs: cpu, cuda or auto (the GPU when one can be used; default)."), "D");
+  const QCommandLineOption imageSizeOpt = option(
+      "image-size",
+      QStringLiteral("Image resolution, pixels on a side (SmolVLM: longest edge; Qwen-VL: at most PX x PX pixels; default: the processor's own)."),
+      "PX");
+  const QCommandLineOption budgetOpt =
+      option("budget", QStringLiteral("KV entries per head the model's default policy starts at."), "M");
+  const QCommandLineOption promptOpt = option(
+      "prompt",
+      QStringLiteral("The first message (instead of the sample question); repeated, the turns --send sends (else the first is used)."),
+      "TEXT");
+  const QCommandLineOption imageOpt = option(
+      "image", QStringLiteral("An image for the first message (repeatable; instead of the sample's)."), "FILE");
+  const QCommandLineOption sendOpt =
+      option("send", QStringLiteral("Send the --prompt messages (each after the previous answer) once the model is loaded, "
+                                    "instead of leaving the first in the input; the last conversation is not offered, "
+                                    "and this one is autosaved in its place."));
   parser.process(app);
 
   QString modelDir = parser.value(modelOpt);
