@@ -90,8 +90,6 @@ std::vector<at::Tensor> base_weights(const TextModel& m) {
   return out;
 }
 
-TrainOptions small_options(const std::string& out) { return test::small_gate_run(out, 4096); }
-
 }  // namespace
 
 TEST_CASE("VLM gate training: chat-template layout, labels, teacher logits, bad lines", "[training][vision]") {
@@ -184,7 +182,7 @@ TEST_CASE("VLM gate training: steps lower the loss, tower / connector / decoder 
   const std::vector<ContentPart> turn = content_from_prompt("<image>x", {test::vlm_image("alpha.png")});
   const at::Tensor feats_before = model->encoder->user_turn({}, turn, 0, rec, nullptr).image_embeddings.clone();
 
-  TrainOptions o = small_options(d.dir.file("g.safetensors"));
+  TrainOptions o = test::small_gate_run(d.dir.file("g.safetensors"), 4096);
   o.batch = 2;        // both samples every step: the losses compare
   o.steps = 8;
   o.lr = 0.2;
@@ -212,7 +210,7 @@ TEST_CASE("VLM gate training: steps lower the loss, tower / connector / decoder 
 TEST_CASE("train_gates_vlm: a VLM folder trains end to end, warnings name the skipped lines",
           "[training][vision]") {
   Data d;
-  TrainOptions o = small_options(d.dir.file("g.safetensors"));
+  TrainOptions o = test::small_gate_run(d.dir.file("g.safetensors"), 4096);
   o.model_dir = test::vlm_model("smolvlm");
   o.data_path = d.path;
   o.steps = 2;
@@ -256,7 +254,7 @@ TEST_CASE("train_gates_vlm: a text instruct model's conversations follow its cha
 
   // train-gates on the folder says so; the same folder without a template keeps the plain layout.
   auto train = [&](const std::string& model_dir) {
-    TrainOptions o = small_options(dir.file("g.safetensors"));
+    TrainOptions o = test::small_gate_run(dir.file("g.safetensors"), 4096);
     o.model_dir = model_dir;
     o.data_path = data;
     o.steps = 1;
