@@ -58,7 +58,7 @@ void check_demo_size(const DemoModelSize& z) {
 
 json demo_config_json(const DemoModelSize& z, int64_t vocab_size, const SpecialIds& ids) {
   check_demo_size(z);
-  json text = {{"model_type", "llama"},
+  json text = {{"model_type", z.qk_norm ? "qwen3" : "llama"},
                {"vocab_size", vocab_size},
                {"hidden_size", z.text_hidden},
                {"intermediate_size", z.text_ffn},
@@ -80,6 +80,7 @@ json demo_config_json(const DemoModelSize& z, int64_t vocab_size, const SpecialI
                {"bos_token_id", ids.bos},
                {"eos_token_id", ids.eos},
                {"pad_token_id", ids.pad}};
+  if (z.qk_norm) text["use_sliding_window"] = false;
   json vision = {{"model_type", "idefics3_vision"},
                  {"hidden_size", z.vision_hidden},
                  {"intermediate_size", z.vision_ffn},
@@ -207,6 +208,9 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool im
   // Text decoder (Llama).
   const TextConfig& t = m.tcfg;
   const int64_t hd = t.head_dim, nq = t.n_head * hd, nkv = t.n_kv_head * hd;
+  const TextFamily& family = find_text_family(t.model_type, config_path);
+  bool qk_norm = false;  // a family whose layers norm queries and keys (Qwen3)
+  for (const auto& spec : family.layer_tensors) qk_norm = qk_norm || spec.role == LayerTensor::q_norm;
   DecoderWeights dw;
   dw.embed = normal({t.vocab_size, h});
   auto& tp = m.text_params;
@@ -223,6 +227,12 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool im
     tp.push_back({pre + "attn_norm", w.attn_norm, false});
     tp.push_back({pre + "w_qkv", w.w_qkv, true});
     tp.push_back({pre + "w_o", w.w_o, true});
+    if (qk_norm) {
+      w.q_norm = ones(hd);
+      w.k_norm = ones(hd);
+      tp.push_back({pre + "q_norm", w.q_norm, false});
+      tp.push_back({pre + "k_norm", w.k_norm, false});
+    }
     tp.push_back({pre + "mlp_norm", w.mlp_norm, false});
     tp.push_back({pre + "w_gate_up", w.w_gate_up, true});
     tp.push_back({pre + "w_down", w.w_down, true});
@@ -234,7 +244,7 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool im
   tp.push_back({"text.lm_head", dw.lm_head, true});
   tp.push_back({"lookup_probe.w", m.found_w, true});
   tp.push_back({"lookup_probe.b", m.found_b, false});
-  m.decoder = std::make_shared<TextDecoder>(t, find_text_family(t.model_type, config_path), dw);
+  m.decoder = std::make_shared<TextDecoder>(t, family, dw);
   if (image_probe) {
     m.image_w = normal({world::kMaxImagesLimit, h});
     m.image_b = zeros(world::kMaxImagesLimit);
@@ -296,6 +306,8 @@ std::vector<std::pair<std::string, at::Tensor>> demo_reference_tensors(const Dem
     put(pre + "self_attn.k_proj.weight", w.w_qkv.narrow(0, nq, nkv));
     put(pre + "self_attn.v_proj.weight", w.w_qkv.narrow(0, nq + nkv, nkv));
     put(pre + "self_attn.o_proj.weight", w.w_o);
+    if (w.q_norm.defined()) put(pre + "self_attn.q_norm.weight", w.q_norm);
+    if (w.k_norm.defined()) put(pre + "self_attn.k_norm.weight", w.k_norm);
     put(pre + "post_attention_layernorm.weight", w.mlp_norm);
     put(pre + "mlp.gate_proj.weight", w.w_gate_up.narrow(0, 0, ffn));
     put(pre + "mlp.up_proj.weight", w.w_gate_up.narrow(0, ffn, ffn));

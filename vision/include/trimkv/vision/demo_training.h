@@ -43,6 +43,10 @@ struct DemoModelSize {
   // Long-wavelength rotary embedding: the decoder finds an object by content hundreds of tokens
   // back (up to 8 images x 36 tokens), which needs dimensions that rotate little over that span.
   double rope_theta = 1e6;
+  // Per-head RMSNorm of queries and keys before RoPE (the text decoder is a Qwen3 one, model_type
+  // "qwen3"): attention logits bounded by the norms' weights, whatever the states' length.
+  // false: a Llama decoder (the recipe before 2026-12-07's fourth session).
+  bool qk_norm = true;
 };
 
 struct DemoStage {
