@@ -140,8 +140,16 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   CHECK(ws.find("model.vision_model.encoder.layers.0.self_attn.q_proj.weight"));
   CHECK(ws.find("model.text_model.layers.1.mlp.gate_proj.weight"));
   CHECK(ws.find("lm_head.weight"));
+  // The recipe's decoder is a Qwen3 one: per-head q/k norms, trained away from their start.
+  CHECK(test::read_json(out + "/config.json")["text_config"]["model_type"] == "qwen3");
+  const TensorInfo* q_norm = ws.find("model.text_model.layers.1.self_attn.q_norm.weight");
+  REQUIRE(q_norm);
+  CHECK(q_norm->shape == std::vector<int64_t>{16});  // head_dim = 32 / 2
+  CHECK_FALSE(at::equal(tensor_to_float(*q_norm), at::ones({16})));
+  CHECK(ws.find("model.text_model.layers.0.self_attn.k_norm.weight"));
   const std::shared_ptr<const VlmModel> vlm = load_vlm(out);
   CHECK(vlm->text.config.hidden_size == 32);
+  CHECK(vlm->text.config.model_type == "qwen3");
 
   // A validation conversation: its images as PNG files for the Session.
   const DemoTrainOptions o = tiny(out);
@@ -241,6 +249,47 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   o5.out_dir = dir.file("from-nothing");
   o5.init_from = dir.file("no-such-model");
   CHECK_THROWS_WITH(train_demo(o5, {}, {}), Catch::Contains("no-such-model"));
+}
+
+TEST_CASE("demo q/k norms: a Qwen3 decoder whose other weights are the Llama recipe's", "[demo][training]") {
+  test::ScratchDir dir("demo-qk");
+  const std::string model_dir = default_model_dir();
+  const Tokenizer tok = Tokenizer::from_file(model_dir + "/tokenizer.json");
+  const demo::SpecialIds ids = demo::SpecialIds::from(tok);
+  auto make = [&](bool qk_norm) {
+    DemoModelSize z;
+    z.qk_norm = qk_norm;
+    const std::string path = dir.file(qk_norm ? "qwen3.json" : "llama.json");
+    std::ofstream(path) << demo::demo_config_json(z, tok.vocab_size(), ids).dump(2);
+    CHECK(test::read_json(path)["text_config"]["model_type"] == (qk_norm ? "qwen3" : "llama"));
+    return demo::make_demo_model(path, 4);
+  };
+  const demo::DemoModel llama = make(false), qwen3 = make(true);
+  // Two ones-initialised norms more per layer, no random draw taken from the other weights.
+  std::vector<std::string> extra;
+  size_t k = 0;
+  for (const auto& p : qwen3.text_params) {
+    if (k < llama.text_params.size() && p.name == llama.text_params[k].name) {
+      CHECK(at::equal(p.tensor, llama.text_params[k].tensor));
+      ++k;
+    } else {
+      extra.push_back(p.name);
+      CHECK(at::equal(p.tensor, at::ones({qwen3.tcfg.head_dim})));
+      CHECK_FALSE(p.decay);
+    }
+  }
+  CHECK(k == llama.text_params.size());
+  CHECK(extra.size() == 2 * static_cast<size_t>(qwen3.tcfg.n_layer));
+  CHECK(extra.front() == "text.layers.0.q_norm");
+  // Exported under transformers' Qwen3 names, one q and one k norm per layer.
+  auto exported_norms = [](const demo::DemoModel& m) {
+    int64_t n = 0;
+    for (const auto& [name, t] : demo::demo_reference_tensors(m))
+      n += name.find("self_attn.q_norm.weight") != std::string::npos || name.find("self_attn.k_norm.weight") != std::string::npos;
+    return n;
+  };
+  CHECK(exported_norms(llama) == 0);
+  CHECK(exported_norms(qwen3) == 2 * qwen3.tcfg.n_layer);
 }
 
 TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {

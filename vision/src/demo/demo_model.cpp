@@ -205,7 +205,7 @@ DemoModel make_demo_model(const std::string& config_path, uint64_t seed, bool im
   m.found_b = zeros(found_outputs);
   m.vision = std::make_shared<Idefics3Vision>(m.vcfg, vw);
 
-  // Text decoder (Llama).
+  // Text decoder (Llama, or Qwen3 with per-head q/k norms).
   const TextConfig& t = m.tcfg;
   const int64_t hd = t.head_dim, nq = t.n_head * hd, nkv = t.n_kv_head * hd;
   const TextFamily& family = find_text_family(t.model_type, config_path);

@@ -33,7 +33,7 @@
 
 namespace trimkv::vision {
 
-// The architecture (Idefics3: SigLIP tower, pixel shuffle, Llama decoder).
+// The architecture (Idefics3: SigLIP tower, pixel shuffle, Qwen3 decoder: Llama blocks with per-head q/k norms).
 struct DemoModelSize {
   int image_size = 96;  // = the world's images: no resampling
   int patch_size = 8;   // 12 x 12 patches; a small object spans ~2.6 patches
