@@ -216,7 +216,10 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   REQUIRE_FALSE(r3.interrupted);
   CHECK(file_bytes(out2 + "/model.safetensors") == file_bytes(out + "/model.safetensors"));
 
-  // Other options refuse the checkpoint.
+  // Other options refuse the checkpoint, a Llama decoder's (--no-qk-norm) among them.
+  o2.size.qk_norm = false;
+  CHECK_THROWS_WITH(train_demo(o2, {}, {}), Catch::Contains("other options"));
+  o2.size.qk_norm = true;
   o2.chat.lr = 1e-3;
   CHECK_THROWS_WITH(train_demo(o2, {}, {}), Catch::Contains("other options"));
 

@@ -411,7 +411,7 @@ json options_json(const DemoTrainOptions& o) {
   if (o.count_weight != 1.0) j["count_weight"] = o.count_weight;   // only when used
   if (o.cell_readout_weight > 0) j["cell_readout_weight"] = o.cell_readout_weight;  // only when used
   if (o.tower_lr_scale != 1.0) j["tower_lr_scale"] = o.tower_lr_scale;              // only when used
-  if (!z.qk_norm) j["qk_norm"] = false;  // only when off: the earlier recipe's checkpoints still match
+  if (z.qk_norm) j["qk_norm"] = true;  // only when used: a Llama run's checkpoints (--no-qk-norm) still match
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
   return j;
