@@ -1,6 +1,6 @@
 // Idefics3 / SmolVLM family (model_type idefics3, smolvlm): SigLIP tower with bucketed position
-// ids, pixel-shuffle connector, Llama text decoder (core), the SmolVLM chat template. Weight names
-// in one table; the blocks are the shared ones of vit.h.
+// ids, pixel-shuffle connector, a core text decoder (Llama; Qwen3 in the demo model), the SmolVLM
+// chat template. Weight names in one table; the blocks are the shared ones of vit.h.
 #include <ATen/ATen.h>
 
 #include <filesystem>
@@ -503,7 +503,7 @@ const VlmFamily& idefics3_family() {
   static const VlmFamily kFamily{
       "idefics3",
       {"idefics3", "smolvlm"},
-      "Idefics3 / SmolVLM: SigLIP tower, pixel-shuffle connector, Llama decoder, image tiling",
+      "Idefics3 / SmolVLM: SigLIP tower, pixel-shuffle connector, a core text decoder (Llama in SmolVLM, Qwen3 in the demo model), image tiling",
       &load_idefics3};
   return kFamily;
 }
