@@ -38,7 +38,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_int("vision-steps", "N", "steps of the vision stage (default " + std::to_string(d.vision.steps) + ")", 0, 10000000),
       ranged_int("short-steps", "N", "steps of the 1-3 image chat stage (default " + std::to_string(d.chat_short.steps) + ")", 0, 10000000),
       ranged_int("chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")", 0, 10000000),
-      ranged_int("polish-steps", "N", "steps of the low-rate pass after the chat stage (default " + std::to_string(d.polish.steps) + "; 0: the recipe before it)", 0, 10000000),
+      ranged_int("polish-steps", "N", "steps of the low-rate pass after the chat stage (default " + std::to_string(d.polish.steps) + "; 400: the recipe before it; 0: without the stage)", 0, 10000000),
       ranged_int("image-size", "PX", "side of the model's input images, the processor's resize target (default " + std::to_string(d.size.image_size) + ")", vision::world::kMinImageSize, vision::world::kMaxImageSize),
       ranged_int("patch-size", "PX", "side of the tower's patches (default " + std::to_string(d.size.patch_size) + "; image-size / patch-size must be even: 2x2 patches make a visual token)", 1, vision::world::kMaxImageSize),
       ranged_real("vision-lr", "LR", "peak learning rate of the vision stage", 1e-10, 10),
