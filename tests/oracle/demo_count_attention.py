@@ -92,8 +92,10 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_h
         captured["x"] = (kwargs["hidden_states"] if "hidden_states" in kwargs else args[0])[0]
         captured["rope"] = kwargs["position_embeddings"]
     layer.self_attn.register_forward_pre_hook(keep_attention_input, with_kwargs=True)
-    # A Qwen3 decoder norms each head's queries and keys before the rotation (None: a Llama one).
-    q_norm, k_norm = getattr(layer.self_attn, "q_norm", None), getattr(layer.self_attn, "k_norm", None)
+    # A Qwen3 decoder norms each head's queries and keys before the rotation; a Llama one does not.
+    qk_normed = hasattr(layer.self_attn, "q_norm")
+    q_norm = layer.self_attn.q_norm if qk_normed else torch.nn.Identity()
+    k_norm = layer.self_attn.k_norm if qk_normed else torch.nn.Identity()
     raw = []  # a RawCount per count
     tok = proc.tokenizer
     image_id = tok.convert_tokens_to_ids("<image>")
@@ -163,10 +165,8 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_h
                 attn, x = layer.self_attn, captured["x"]
                 cos, sin = captured["rope"]
                 split = lambda t: t.view(x.shape[0], -1, attn.head_dim).transpose(0, 1).unsqueeze(0)
-                normed = lambda t, norm: norm(t) if norm is not None else t
                 with torch.no_grad():
-                    q, kk = apply_rotary_pos_emb(normed(split(attn.q_proj(x)), q_norm),
-                                                 normed(split(attn.k_proj(x)), k_norm), cos, sin)
+                    q, kk = apply_rotary_pos_emb(q_norm(split(attn.q_proj(x))), k_norm(split(attn.k_proj(x))), cos, sin)
                 pos = [anchor] + sorted(cells)
                 raw.append(RawCount(n, [float(q[0, 0, anchor] @ kk[0, 0, p]) / attn.head_dim ** 0.5 for p in pos],
                                     [float(captured["h"][p].pow(2).mean().sqrt()) for p in pos],
@@ -229,7 +229,8 @@ def main(model_dir, world_jsonl, records, out_path=None, checkpoint=None, mask_h
         cell_rms = statistics.median(v for r in raw for v in r.rms[1:])
         print(f"raw logits of the word's query (head 0); median RMS of the states: word {word_rms:.2f}, matching cells {cell_rms:.2f}")
         # With per-head q/k norms a key no longer scales with its state's RMS: no second reading.
-        for label, even in (("as they are", False),) + (() if k_norm is not None else (("every RMS at its median", True),)):
+        readings = [("as they are", False)] + ([] if qk_normed else [("every RMS at its median", True)])
+        for label, even in readings:
             offset, within = collections.defaultdict(list), []
             for n, logits, rms in ((r.n, r.logits, r.rms) for r in raw):
                 if even:
