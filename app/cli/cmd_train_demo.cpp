@@ -39,6 +39,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_int("short-steps", "N", "steps of the 1-3 image chat stage (default " + std::to_string(d.chat_short.steps) + ")", 0, 10000000),
       ranged_int("chat-steps", "N", "steps of the full chat stage (default " + std::to_string(d.chat.steps) + ")", 0, 10000000),
       ranged_int("polish-steps", "N", "steps of the low-rate pass after the chat stage (default " + std::to_string(d.polish.steps) + "; 400: the recipe before it; 0: without the stage)", 0, 10000000),
+      ranged_int("average-last", "N", "the exported weights are the average of the last stage's final N steps' (default " + std::to_string(d.average_last) + ": the last step's)", 0, 10000000),
       ranged_int("image-size", "PX", "side of the model's input images, the processor's resize target (default " + std::to_string(d.size.image_size) + ")", vision::world::kMinImageSize, vision::world::kMaxImageSize),
       ranged_int("patch-size", "PX", "side of the tower's patches (default " + std::to_string(d.size.patch_size) + "; image-size / patch-size must be even: 2x2 patches make a visual token)", 1, vision::world::kMaxImageSize),
       ranged_real("vision-lr", "LR", "peak learning rate of the vision stage", 1e-10, 10),
@@ -88,6 +89,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.chat_short.steps = args.get_int("short-steps", static_cast<int>(d.chat_short.steps));
   o.chat.steps = args.get_int("chat-steps", static_cast<int>(d.chat.steps));
   o.polish.steps = args.get_int("polish-steps", static_cast<int>(d.polish.steps));
+  o.average_last = args.get_int("average-last", static_cast<int>(d.average_last));
   o.gate_steps = args.get_int("gate-steps", static_cast<int>(d.gate_steps));
   o.vision.lr = args.get_double("vision-lr", d.vision.lr);
   o.chat_short.lr = args.get_double("chat-lr", d.chat_short.lr);

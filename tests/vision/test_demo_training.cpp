@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include "test_util.h"
 #include "trimkv/core/default_model.h"
 #include "trimkv/core/error.h"
+#include "trimkv/core/safetensors.h"
 #include "trimkv/core/session.h"
 #include "trimkv/core/shard_gradients.h"
 #include "trimkv/core/weight_store.h"
@@ -252,6 +254,68 @@ TEST_CASE("train-demo end to end on a tiny recipe: folder, layout == Session, fo
   o5.out_dir = dir.file("from-nothing");
   o5.init_from = dir.file("no-such-model");
   CHECK_THROWS_WITH(train_demo(o5, {}, {}), Catch::Contains("no-such-model"));
+}
+
+TEST_CASE("train-demo --average-last: the last steps' mean weights, the same after a resume inside the window",
+          "[demo][training]") {
+  test::ScratchDir dir("demo-average");
+  // The stages before the polish once; the polish alone from their checkpoint three times.
+  DemoTrainOptions pre = tiny(dir.file("pre"));
+  pre.polish.steps = 0;
+  pre.skip_gates = true;
+  REQUIRE_FALSE(train_demo(pre, {}, {}).interrupted);
+  auto polish_only = [&](const std::string& name, int64_t average_last) {
+    DemoTrainOptions o = tiny(dir.file(name));
+    o.polish.steps = 3;
+    o.polish.lr = 5e-3;  // the last step at the cosine's floor still moves the weights visibly
+    o.vision.steps = o.chat_short.steps = o.chat.steps = 0;
+    o.init_from = dir.file("pre") + "/train/checkpoint.safetensors";
+    o.skip_gates = true;
+    o.average_last = average_last;
+    return o;
+  };
+  auto params = [&](const std::string& name) {  // a run's checkpoint's weights (its last one: the stage's end)
+    std::map<std::string, at::Tensor> out;
+    const SafetensorsFile f(dir.file(name) + "/train/checkpoint.safetensors");
+    for (const auto& [key, info] : f.tensors())
+      if (key.rfind("param.", 0) == 0) out[key] = tensor_to_float(info).clone();
+    return out;
+  };
+  REQUIRE_FALSE(train_demo(polish_only("plain", 0), {}, {}).interrupted);
+  const auto last = params("plain");  // after step 3
+
+  // Stopped after the polish's second step: the checkpoint holds that step's weights and the
+  // window's first sample; resumed, the run ends with the mean of steps 2 and 3.
+  std::atomic<bool> stop{false};
+  DemoTrainOptions o = polish_only("averaged", 2);
+  std::vector<std::string> messages;
+  REQUIRE(train_demo(o, {}, [&](const DemoProgress& p) { if (p.stage == "polish" && p.step == 2) stop.store(true); },
+                     &stop).interrupted);
+  const auto second = params("averaged");
+  {
+    const SafetensorsFile f(dir.file("averaged") + "/train/checkpoint.safetensors");
+    CHECK(f.tensors().count("average.text.layers.0.q_norm"));
+  }
+  o.resume = true;
+  REQUIRE_FALSE(train_demo(o, [&](const std::string& m) { messages.push_back(m); }, {}).interrupted);
+  CHECK(std::count(messages.begin(), messages.end(), "stage polish: the weights are the average of its last 2 steps'") == 1);
+  const auto mean = params("averaged");
+  REQUIRE(mean.size() == last.size());
+  double moved = 0;
+  for (const auto& [key, w] : last) {
+    REQUIRE(mean.count(key));
+    moved = std::max(moved, test::max_abs_diff(w, second.at(key)));
+    CHECK(test::max_abs_diff(mean.at(key), (second.at(key) + w) / 2) < 1e-6);
+  }
+  CHECK(moved > 1e-4);  // the two steps' weights differ: the mean is neither of them
+
+  // The same options without the stop: the same model, byte for byte.
+  REQUIRE_FALSE(train_demo(polish_only("straight", 2), {}, {}).interrupted);
+  CHECK(file_bytes(dir.file("straight") + "/model.safetensors") == file_bytes(dir.file("averaged") + "/model.safetensors"));
+  CHECK(file_bytes(dir.file("straight") + "/model.safetensors") != file_bytes(dir.file("plain") + "/model.safetensors"));
+  // A negative window is refused, naming the option.
+  o = polish_only("bad", -1);
+  CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("--average-last"));
 }
 
 TEST_CASE("demo q/k norms: a Qwen3 decoder whose other weights are the Llama recipe's", "[demo][training]") {

@@ -414,6 +414,7 @@ json options_json(const DemoTrainOptions& o) {
   if (z.qk_norm) j["qk_norm"] = true;  // only when used: a Llama run's checkpoints (--no-qk-norm) still match
   if (o.shards != 1) j["shards"] = o.shards;  // only when used: checkpoints of one part still match
   if (o.polish.steps > 0) j["polish"] = stage(o.polish);  // only when used: so do the recipe's before it
+  if (o.average_last > 0) j["average_last"] = o.average_last;  // only when used
   return j;
 }
 
@@ -434,6 +435,7 @@ void check_options(const DemoTrainOptions& o) {
                    o.warmup >= 0 && o.max_extra_turns >= 0,
                Input, "train-demo: counts must be non-negative (tokenizer conversations > 0)");
   TRIMKV_CHECK(o.threads >= 0, Input, "--threads must be >= 0, got ", o.threads);
+  TRIMKV_CHECK(o.average_last >= 0, Input, "--average-last must be >= 0, got ", o.average_last);
   TRIMKV_CHECK(o.shards >= 1 && o.shards <= 64, Input, "--shards must be in 1..64, got ", o.shards);
   TRIMKV_CHECK(o.size.image_size >= world::kMinImageSize && o.size.image_size <= world::kMaxImageSize, Input,
                "image size must be in ", world::kMinImageSize, "..", world::kMaxImageSize);
@@ -652,6 +654,9 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
   }
 
   DemoProgress last_val;
+  int64_t last_stage = -1;  // the last stage with steps: the one whose end options.average_last averages
+  for (size_t k = 0; k < stages.size(); ++k)
+    if (stages[k].cfg.steps > 0) last_stage = static_cast<int64_t>(k);
   for (; stage_index < static_cast<int64_t>(stages.size()); ++stage_index, step = 0) {
     const Stage& st = stages[static_cast<size_t>(stage_index)];
     if (st.cfg.steps == 0) continue;
@@ -661,6 +666,21 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     const std::vector<NamedParameter> params = stage_params(model, st.vision_only, o.freeze_tower, o.tower_lr_scale);
     AdamW adam(params, ao);
     if (ckpt_file && step > 0) adam.load_state("adam.", *ckpt_file, ckpt_path);
+    // The weights' running average over the stage's steps from average_from on (one sample after
+    // each step), written into the model after the stage's last step.
+    const int64_t average_from = stage_index == last_stage && o.average_last > 0
+                                     ? std::max<int64_t>(0, st.cfg.steps - o.average_last)
+                                     : st.cfg.steps;
+    std::vector<at::Tensor> average;
+    if (ckpt_file && step > average_from) {
+      at::NoGradGuard no_grad;
+      for (const auto& p : all_params(model)) {
+        auto it = ckpt_file->tensors().find("average." + p.name);
+        TRIMKV_CHECK(it != ckpt_file->tensors().end(), Format, "checkpoint '", ckpt_path, "' lacks 'average.", p.name,
+                     "' (the running weight average)");
+        average.push_back(tensor_to_float(it->second).clone());
+      }
+    }
     ckpt_file = nullptr;
     auto save = [&](int64_t next_stage, int64_t next_step, bool with_adam) {
       std::vector<TensorToWrite> out;
@@ -670,6 +690,10 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                                                  {"stage", std::to_string(next_stage)},
                                                  {"step", std::to_string(next_step)}};
       if (with_adam) adam.save_state("adam.", out, meta);
+      if (with_adam && !average.empty()) {
+        const std::vector<NamedParameter> ps = all_params(model);
+        for (size_t k = 0; k < ps.size(); ++k) out.push_back(float_tensor_to_write("average." + ps[k].name, average[k]));
+      }
       write_safetensors(ckpt_path, out, meta);
       result.checkpoint_path = ckpt_path;
     };
@@ -733,6 +757,25 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         loss = objective(l);
         loss.backward();
         adam.step(lr);
+      }
+      if (step >= average_from) {
+        at::NoGradGuard no_grad;
+        const std::vector<NamedParameter> ps = all_params(model);
+        const int64_t n = step - average_from + 1;  // samples with this one
+        if (n == 1) average.clear();
+        for (size_t k = 0; k < ps.size(); ++k) {
+          if (n == 1) {
+            average.push_back(ps[k].tensor.detach().clone());
+          } else {
+            average[k].add_((ps[k].tensor.detach() - average[k]) / static_cast<double>(n));
+          }
+        }
+        if (step + 1 == st.cfg.steps) {
+          for (size_t k = 0; k < ps.size(); ++k) ps[k].tensor.copy_(average[k]);
+          average.clear();
+          say("stage " + std::string(st.name) + ": the weights are the average of its last " + std::to_string(n) +
+              " steps'");
+        }
       }
 
       DemoProgress pr;

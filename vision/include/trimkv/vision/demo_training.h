@@ -77,6 +77,12 @@ struct DemoTrainOptions {
   // 800 took the independent set to its record figures (item 26); 400: the recipe before that,
   // 0 steps: the one before the polish.
   DemoStage polish{800, 8, 2.25e-4, 8};
+  // The last stage's final N steps' weights averaged (uniformly, one sample after each step) into
+  // the exported model (`--average-last N`; 0: the last step's weights, the recipe): a stochastic
+  // weight average over the low-rate end of training, where successive steps wander around a
+  // minimum rather than descend into it. The last stage is the last one with steps (the polish
+  // in the recipe). The average goes into the checkpoint too, so a resumed run ends the same.
+  int64_t average_last = 0;
   double min_lr_fraction = 0.05;  // cosine decay floor, as a fraction of the stage's lr
   int64_t warmup = 50;
   double weight_decay = 0.01;
