@@ -666,15 +666,16 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     const std::vector<NamedParameter> params = stage_params(model, st.vision_only, o.freeze_tower, o.tower_lr_scale);
     AdamW adam(params, ao);
     if (ckpt_file && step > 0) adam.load_state("adam.", *ckpt_file, ckpt_path);
-    // The weights' running average over the stage's steps from average_from on (one sample after
-    // each step), written into the model after the stage's last step.
+    // The running average of the weights the stage trains (`params`: the others do not move) over
+    // its steps from average_from on (one sample after each step), written into the model after
+    // the stage's last step.
     const int64_t average_from = stage_index == last_stage && o.average_last > 0
                                      ? std::max<int64_t>(0, st.cfg.steps - o.average_last)
                                      : st.cfg.steps;
     std::vector<at::Tensor> average;
     if (ckpt_file && step > average_from) {
       at::NoGradGuard no_grad;
-      for (const auto& p : all_params(model)) {
+      for (const auto& p : params) {
         auto it = ckpt_file->tensors().find("average." + p.name);
         TRIMKV_CHECK(it != ckpt_file->tensors().end(), Format, "checkpoint '", ckpt_path, "' lacks 'average.", p.name,
                      "' (the running weight average)");
@@ -690,10 +691,8 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
                                                  {"stage", std::to_string(next_stage)},
                                                  {"step", std::to_string(next_step)}};
       if (with_adam) adam.save_state("adam.", out, meta);
-      if (with_adam && !average.empty()) {
-        const std::vector<NamedParameter> ps = all_params(model);
-        for (size_t k = 0; k < ps.size(); ++k) out.push_back(float_tensor_to_write("average." + ps[k].name, average[k]));
-      }
+      for (size_t k = 0; with_adam && k < average.size(); ++k)
+        out.push_back(float_tensor_to_write("average." + params[k].name, average[k]));
       write_safetensors(ckpt_path, out, meta);
       result.checkpoint_path = ckpt_path;
     };
@@ -760,18 +759,17 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       }
       if (step >= average_from) {
         at::NoGradGuard no_grad;
-        const std::vector<NamedParameter> ps = all_params(model);
         const int64_t n = step - average_from + 1;  // samples with this one
-        if (n == 1) average.clear();
-        for (size_t k = 0; k < ps.size(); ++k) {
+        for (size_t k = 0; k < params.size(); ++k) {
+          const at::Tensor w = params[k].tensor.detach();
           if (n == 1) {
-            average.push_back(ps[k].tensor.detach().clone());
+            average.push_back(w.clone());
           } else {
-            average[k].add_((ps[k].tensor.detach() - average[k]) / static_cast<double>(n));
+            average[k].add_((w - average[k]) / static_cast<double>(n));
           }
         }
         if (step + 1 == st.cfg.steps) {
-          for (size_t k = 0; k < ps.size(); ++k) ps[k].tensor.copy_(average[k]);
+          for (size_t k = 0; k < params.size(); ++k) params[k].tensor.copy_(average[k]);
           average.clear();
           say("stage " + std::string(st.name) + ": the weights are the average of its last " + std::to_string(n) +
               " steps'");
