@@ -38,6 +38,7 @@ int cmd_make_world(int argc, char** argv, int first) {
       ranged_int("max-images", "K", "images per conversation: 1..K (default 8)", 1, w::kMaxImagesLimit),
       ranged_int("max-turns", "T", "user turns per conversation: 1..T (default 6)", 1, w::kMaxTurnsLimit),
       ranged_int("max-objects", "M", "objects per image: 1..M (default 6)", 1, w::kMaxObjectsLimit),
+      ranged_int("min-objects", "K", "at least K objects per image (default 1; K <= M)", 1, w::kMaxObjectsLimit),
       {"image-size", "PX|MIN-MAX",
        "image side in pixels, one size or a range drawn per image (about log-uniformly; default 48-400, " +
            std::to_string(w::kMinImageSize) + ".." + std::to_string(w::kMaxImageSize) + ")"},
@@ -82,6 +83,7 @@ int cmd_make_world(int argc, char** argv, int first) {
   options.max_images = args.get_int("max-images", options.max_images);
   options.max_turns = args.get_int("max-turns", options.max_turns);
   options.max_objects = args.get_int("max-objects", options.max_objects);
+  options.min_objects = args.get_int("min-objects", options.min_objects);
 
   const bool quiet = args.flag("quiet");
   int64_t last_percent = -1;

@@ -58,6 +58,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
       {"count-second-kv-head", "", "counts are also taught on query head 2 (the objects hop layer's other KV head): a second reading of the counted word's share"},
       ranged_real("cell-readout-weight", "W", "weight of the cell readout: each visual token's normalised state at the objects hop must say its object's colour and shape as 0/1 indicators (default 0: none)", 0, 1e6),
       ranged_real("count-weight", "W", "weight of the counts' even spread in the objects hop, relative to the other attention targets (default 1)", 0, 1e6),
+      ranged_real("shape-weight", "W", "weight of the dense targets' shape terms (visual tokens and patches), relative to their colour, size and cell terms (default 1)", 0, 1e6),
+      ranged_int("vision-min-objects", "K", "at least K objects per image in the vision stage (default 1: 1..6)", 1, 6),
       {"no-qk-norm", "", "a Llama decoder, without the per-head RMSNorm of queries and keys (the recipe before the Qwen3 decoder)"},
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       ranged_real("tower-lr-scale", "F", "with --train-tower: the tower's rate in the chat stages, times the stage's (default 1)", 1e-6, 1e3),
@@ -108,6 +110,8 @@ int cmd_train_demo(int argc, char** argv, int first) {
   o.number_hops = !args.flag("no-number-hops");
   o.count_second_kv_head = args.flag("count-second-kv-head");
   o.count_weight = args.get_double("count-weight", d.count_weight);
+  o.shape_weight = args.get_double("shape-weight", d.shape_weight);
+  o.vision.min_objects = args.get_int("vision-min-objects", d.vision.min_objects);
   o.cell_readout_weight = args.get_double("cell-readout-weight", d.cell_readout_weight);
   o.size.qk_norm = !args.flag("no-qk-norm");
   o.freeze_tower = !args.flag("train-tower");

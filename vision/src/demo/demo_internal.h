@@ -284,8 +284,9 @@ LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want
 // train_tower = false: the tower runs without gradients (the connector and probes still get them).
 // whole: the counts of the batch this one is a part of: every loss (and diagnostic) is then this
 // part's share (sum / whole count; 0 where the part has none); null: the batch's own means.
+// shape_weight multiplies the dense targets' shape terms (DemoTrainOptions::shape_weight).
 BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower,
-                     const LossCounts* whole = nullptr);
+                     const LossCounts* whole = nullptr, double shape_weight = 1.0);
 // What a stage trains: the vision stage the tower, connector and probes; the chat stages also
 // the decoder, and the tower only when it is not frozen (at tower_lr_scale times their rate).
 std::vector<NamedParameter> stage_params(const DemoModel& m, bool vision_only, bool freeze_tower,

@@ -123,7 +123,7 @@ LossCounts loss_counts(const DemoModel& model, const DemoBatch& batch, bool want
 }
 
 BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_answers, bool train_tower,
-                     const LossCounts* whole) {
+                     const LossCounts* whole, double shape_weight) {
   BatchLoss out;
   const int64_t cells = whole ? whole->cells : 0, patches = whole ? whole->patches : 0;
   at::Tensor tower;  // [N, P, D]
@@ -136,12 +136,14 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   const at::Tensor feats = model.vision->connector(tower);                                     // [N, seq, h]
   const at::Tensor probe = at::linear(feats, model.aux_w, model.aux_b);                        // [N, seq, K]
   const at::Tensor patch = at::linear(tower, model.patch_w, model.patch_b);                    // [N, P, 11]
-  out.aux = class_loss_share(probe.narrow(-1, 0, kAuxColors), batch.aux_targets.select(-1, 0), cells) +
-            class_loss_share(probe.narrow(-1, kAuxColors, kAuxShapes), batch.aux_targets.select(-1, 1), cells) +
+  at::Tensor cell_shape = class_loss_share(probe.narrow(-1, kAuxColors, kAuxShapes), batch.aux_targets.select(-1, 1), cells);
+  at::Tensor patch_shape =
+      class_loss_share(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1), patches);
+  if (shape_weight != 1.0) cell_shape = cell_shape * shape_weight, patch_shape = patch_shape * shape_weight;
+  out.aux = class_loss_share(probe.narrow(-1, 0, kAuxColors), batch.aux_targets.select(-1, 0), cells) + cell_shape +
             class_loss_share(probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes), batch.aux_targets.select(-1, 2),
                              cells) +
-            class_loss_share(patch.narrow(-1, 0, kAuxColors), batch.patch_targets.select(-1, 0), patches) +
-            class_loss_share(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1), patches);
+            class_loss_share(patch.narrow(-1, 0, kAuxColors), batch.patch_targets.select(-1, 0), patches) + patch_shape;
   {
     const int64_t n = feats.size(0), seq = feats.size(1), side = model.pos_w.size(0) / 2;
     const at::Tensor cell = at::arange(seq, at::kLong).unsqueeze(0).expand({n, seq});
@@ -384,6 +386,7 @@ json options_json(const DemoTrainOptions& o) {
   auto stage = [](const DemoStage& s) {
     json j{{"steps", s.steps}, {"batch", s.batch}, {"lr", s.lr}, {"max_images", s.max_images}};
     if (s.max_objects != world::kMaxObjectsLimit) j["max_objects"] = s.max_objects;  // only when not the default
+    if (s.min_objects != 1) j["min_objects"] = s.min_objects;                          // only when used
     if (s.objects_ramp != 0) j["objects_ramp"] = s.objects_ramp;
     return j;
   };
@@ -409,6 +412,7 @@ json options_json(const DemoTrainOptions& o) {
   j["number_hops"] = o.number_hops;
   if (o.count_second_kv_head) j["count_second_kv_head"] = true;  // only when used
   if (o.count_weight != 1.0) j["count_weight"] = o.count_weight;   // only when used
+  if (o.shape_weight != 1.0) j["shape_weight"] = o.shape_weight;   // only when used
   if (o.cell_readout_weight > 0) j["cell_readout_weight"] = o.cell_readout_weight;  // only when used
   if (o.tower_lr_scale != 1.0) j["tower_lr_scale"] = o.tower_lr_scale;              // only when used
   if (z.qk_norm) j["qk_norm"] = true;  // only when used: a Llama run's checkpoints (--no-qk-norm) still match
@@ -428,6 +432,8 @@ void check_options(const DemoTrainOptions& o) {
                  ": steps must be >= 0, batch > 0 and lr > 0 (got ", s->steps, ", ", s->batch, ", ", s->lr, ")");
     TRIMKV_CHECK(s->objects_ramp >= 0 && s->max_objects >= 1 && s->max_objects <= world::kMaxObjectsLimit, Input,
                  "stage ", name, ": max objects must be in 1..", world::kMaxObjectsLimit, " and the ramp >= 0");
+    TRIMKV_CHECK(s->min_objects >= 1 && s->min_objects <= s->max_objects, Input, "stage ", name,
+                 ": min objects must be in 1..", s->max_objects, " (its max objects), got ", s->min_objects);
     TRIMKV_CHECK(s->max_images >= 1 && s->max_images <= world::kMaxImagesLimit, Input, "stage ", name,
                  ": max images must be in 1..", world::kMaxImagesLimit);
   }
@@ -435,6 +441,7 @@ void check_options(const DemoTrainOptions& o) {
                    o.warmup >= 0 && o.max_extra_turns >= 0,
                Input, "train-demo: counts must be non-negative (tokenizer conversations > 0)");
   TRIMKV_CHECK(o.threads >= 0, Input, "--threads must be >= 0, got ", o.threads);
+  TRIMKV_CHECK(o.shape_weight >= 0, Input, "--shape-weight must be >= 0, got ", o.shape_weight);
   TRIMKV_CHECK(o.average_last >= 0, Input, "--average-last must be >= 0, got ", o.average_last);
   TRIMKV_CHECK(o.shards >= 1 && o.shards <= 64, Input, "--shards must be in 1..64, got ", o.shards);
   TRIMKV_CHECK(o.size.image_size >= world::kMinImageSize && o.size.image_size <= world::kMaxImageSize, Input,
@@ -578,7 +585,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         s.first_image -= first;
         b.seqs.push_back(std::move(s));
       }
-      chunks[static_cast<size_t>(c)] = batch_loss(model, b, answers, false);
+      chunks[static_cast<size_t>(c)] = batch_loss(model, b, answers, false, nullptr, o.shape_weight);
     });
     const BatchLoss total = add_parts(chunks);  // its counters: every chunk's
     auto frac = [](int64_t c, int64_t n) { return n > 0 ? static_cast<double>(c) / static_cast<double>(n) : -1.0; };
@@ -701,6 +708,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
     world::WorldOptions sw = wopt;
     sw.max_images = st.cfg.max_images;
     sw.max_objects = st.cfg.max_objects;
+    sw.min_objects = st.cfg.min_objects;
     const auto stage_t0 = std::chrono::steady_clock::now();
     const int64_t first_step = step;
     for (; step < st.cfg.steps; ++step) {
@@ -713,12 +721,15 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
       }
       // The step's data: conversation indices stage * stride + step * batch + b.
       if (st.cfg.objects_ramp > 0)
+      {
         sw.max_objects = static_cast<int>(std::min<int64_t>(
             st.cfg.max_objects, 1 + step * st.cfg.max_objects / st.cfg.objects_ramp));
+        sw.min_objects = std::min(st.cfg.min_objects, sw.max_objects);
+      }
       DemoBatch batch = step_batch(st.cfg.batch, [&](int64_t b, DemoData::Images& images) {
         const int64_t index = stage_index * kStageIndexStride + step * st.cfg.batch + b;
         if (st.vision_only) {
-          world::WorldOptions one = wopt;
+          world::WorldOptions one = sw;
           one.max_images = 1;
           one.max_turns = 1;
           data.add_images(world::make_conversation(o.seed, world::Split::Train, index, one).scenes, images);
@@ -744,7 +755,8 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         const LossCounts whole = loss_counts(model, batch, answers);
         std::vector<BatchLoss> shares(parts.size());
         shard_gradients(params, static_cast<int>(parts.size()), threads > 1, [&](int k) {
-          shares[static_cast<size_t>(k)] = batch_loss(model, parts[static_cast<size_t>(k)], answers, train_tower, &whole);
+          shares[static_cast<size_t>(k)] = batch_loss(model, parts[static_cast<size_t>(k)], answers, train_tower, &whole,
+                                                          o.shape_weight);
           return objective(shares[static_cast<size_t>(k)]);
         });
         l = add_parts(shares);
@@ -752,7 +764,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         const OneComputeThread one;  // the gradient norm's sum the same whatever the threads
         adam.step(lr);
       } else {
-        l = batch_loss(model, batch, answers, train_tower);
+        l = batch_loss(model, batch, answers, train_tower, nullptr, o.shape_weight);
         loss = objective(l);
         loss.backward();
         adam.step(lr);

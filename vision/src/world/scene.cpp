@@ -80,6 +80,8 @@ void validate(const WorldOptions& o) {
                " must be in 1..", kMaxTurnsLimit);
   TRIMKV_CHECK(o.max_objects >= 1 && o.max_objects <= kMaxObjectsLimit, Input, "max_objects ",
                o.max_objects, " must be in 1..", kMaxObjectsLimit);
+  TRIMKV_CHECK(o.min_objects >= 1 && o.min_objects <= o.max_objects, Input, "min_objects ", o.min_objects,
+               " must be in 1..", o.max_objects, " (max_objects)");
 }
 
 namespace {
@@ -278,7 +280,7 @@ Scene sample_scene(Rng& rng, const WorldOptions& options) {
   scene.renderer = rng.bernoulli(0.5) ? Renderer::OpenCv : Renderer::Supersample;
   scene.antialias = rng.bernoulli(0.7);
 
-  const int n_objects = static_cast<int>(rng.uniform_int(1, options.max_objects));
+  const int n_objects = static_cast<int>(rng.uniform_int(options.min_objects, options.max_objects));
   // Crowded draws (many large objects) may not fit: a large object that finds no room becomes
   // small, and a scene where even that fails is drawn again. Six small objects always fit.
   for (int restart = 0;; ++restart) {

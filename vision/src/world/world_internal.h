@@ -11,7 +11,7 @@ namespace trimkv::vision::world {
 
 using Rng = PortableRng;
 
-// A scene of 1..options.max_objects non-overlapping objects on a random background.
+// A scene of options.min_objects..max_objects non-overlapping objects on a random background.
 Scene sample_scene(Rng& rng, const WorldOptions& options);
 
 // A question, its answer and the images it is about (0-based).

@@ -59,7 +59,7 @@ WorldFiles write_world(const std::string& out_dir, Split split, uint64_t seed, i
   out.close();
   TRIMKV_CHECK(!out.fail(), Io, files.jsonl, ": write error");
 
-  const nlohmann::ordered_json meta = {
+  nlohmann::ordered_json meta = {
       {"generator", kGenerator},
       {"split", split_name(split)},
       {"seed", seed},
@@ -75,6 +75,7 @@ WorldFiles write_world(const std::string& out_dir, Split split, uint64_t seed, i
       {"turns", files.n_turns},
       {"question_types", question_types()},
   };
+  if (options.min_objects != 1) meta["options"]["min_objects"] = options.min_objects;  // only when used
   std::ofstream meta_out(files.meta, std::ios::binary | std::ios::trunc);
   meta_out << meta.dump(2) << '\n';
   meta_out.close();

@@ -78,7 +78,8 @@ struct WorldOptions {
   int max_image_size = 400;
   int max_images = 8;    // images per conversation: uniform in 1..max_images
   int max_turns = 6;     // user turns per conversation: uniform in 1..max_turns
-  int max_objects = 6;   // objects per image: uniform in 1..max_objects
+  int min_objects = 1;   // objects per image: uniform in min_objects..max_objects
+  int max_objects = 6;
 };
 // Error{Input} naming the field ("min_image_size", ...) and its allowed range.
 void validate(const WorldOptions& options);
@@ -129,7 +130,7 @@ struct Scene {
   uint64_t texture_seed = 0;         // the noise / texture stream
   Renderer renderer = Renderer::OpenCv;
   bool antialias = true;
-  std::vector<Object> objects;       // 1..max_objects, pairwise non-overlapping
+  std::vector<Object> objects;       // min_objects..max_objects, pairwise non-overlapping
 };
 
 // RGB8 pixels of the scene, row-major [image_size, image_size, 3]; a pure function of `scene`.
