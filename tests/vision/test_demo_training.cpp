@@ -373,6 +373,12 @@ TEST_CASE("train-demo refuses bad options naming them", "[demo][training]") {
   o.shards = 0;
   CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("--shards"));
   o = tiny(dir.file("m"));
+  o.vision.min_objects = 7;  // more than the stage's 6
+  CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("stage vision: min objects must be in 1..6"));
+  o = tiny(dir.file("m"));
+  o.shape_weight = -1;
+  CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("--shape-weight"));
+  o = tiny(dir.file("m"));
   o.size.image_size = 100;  // 12.5 patches of 8: refused before the tokenizer is trained
   CHECK_THROWS_WITH(train_demo(o, {}, {}), Catch::Contains("--image-size 100 must be a multiple of 16"));
   o.size.patch_size = 10;
@@ -510,6 +516,32 @@ TEST_CASE("demo count weight: the counts' terms of the objects hop scaled, nothi
     REQUIRE(counts_part > 0);
     CHECK(three.attn_hops[2] == Approx(one.attn_hops[2] + 2 * counts_part).epsilon(1e-5));
   }
+}
+
+TEST_CASE("demo shape weight: the dense targets' shape terms scaled, nothing else", "[demo][training]") {
+  const std::string src = default_model_dir();
+  const demo::DemoModel model = demo::make_demo_model(src + "/config.json", 4);
+  const Tokenizer tok = Tokenizer::from_file(src + "/tokenizer.json");
+  const demo::DemoData data(tok, DemoModelSize{}, Idefics3ProcessorConfig::from_folder(src), true, false, 1.0);
+  const demo::DemoBatch batch = validation_batch(data, 8, 4);
+  at::NoGradGuard no_grad;
+  const demo::BatchLoss plain = demo::batch_loss(model, batch, true, false);
+  const demo::BatchLoss one = demo::batch_loss(model, batch, true, false, nullptr, 1.0);
+  const demo::BatchLoss three = demo::batch_loss(model, batch, true, false, nullptr, 3.0);
+  CHECK(at::equal(one.aux, plain.aux));  // weight 1 is the recipe's loss, bit for bit
+  CHECK(three.answer.item<double>() == plain.answer.item<double>());
+  CHECK(three.c_object_attrs == plain.c_object_attrs);  // the probe's accuracy is not a loss
+  // The shape terms, recomputed from the probes: the token's object shape and each patch's.
+  const at::Tensor tower = model.vision->tower_batched(batch.pixels);
+  const at::Tensor cells = at::linear(model.vision->connector(tower), model.aux_w, model.aux_b)
+                               .narrow(-1, demo::kAuxColors, demo::kAuxShapes);
+  const at::Tensor patches = at::linear(tower, model.patch_w, model.patch_b).narrow(-1, demo::kAuxColors, demo::kAuxShapes);
+  auto ce = [](const at::Tensor& logits, const at::Tensor& t) {
+    return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), t.reshape({-1})).item<double>();
+  };
+  const double shape = ce(cells, batch.aux_targets.select(-1, 1)) + ce(patches, batch.patch_targets.select(-1, 1));
+  REQUIRE(shape > 0.1);
+  CHECK(three.aux.item<double>() == Approx(plain.aux.item<double>() + 2 * shape).epsilon(1e-5));
 }
 
 TEST_CASE("train-demo in parts: the same weights on one thread or two", "[demo][training]") {

@@ -434,6 +434,15 @@ TEST_CASE("world: conversations and scenes cover the declared ranges", "[world]"
     CHECK(c.at("turns").size() == 1);
     for (const auto& s : c.at("scenes")) CHECK(s.at("objects").size() == 1);
   }
+  // Denser scenes (the vision stage's --vision-min-objects): every count from min to max, none below.
+  w::WorldOptions dense;
+  dense.min_objects = 3;
+  std::set<size_t> dense_counts;
+  for (int64_t i = 0; i < 60; ++i) {
+    const json c = conversation(5, w::Split::Test, i, dense);
+    for (const auto& s : c.at("scenes")) dense_counts.insert(s.at("objects").size());
+  }
+  CHECK(dense_counts == std::set<size_t>{3, 4, 5, 6});
 }
 
 TEST_CASE("world: objects do not overlap and stay inside the image", "[world]") {
@@ -671,6 +680,10 @@ TEST_CASE("world: bad options and unwritable folders fail with clear errors", "[
   w::WorldOptions many;
   many.max_images = 9;
   CHECK_THAT(message_of([&] { w::validate(many); }), Catch::Contains("max_images 9"));
+  w::WorldOptions crowded;
+  crowded.min_objects = 4;
+  crowded.max_objects = 3;
+  CHECK_THAT(message_of([&] { w::validate(crowded); }), Catch::Contains("min_objects 4"));
   ScratchDir dir("world-bad");
   CHECK_THAT(message_of([&] { w::write_world(dir.path(), w::Split::Train, 1, 0, {}); }), Catch::Contains("positive"));
   trimkv::test::write_text(dir.file("a-file"), "x");
