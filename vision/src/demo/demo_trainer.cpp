@@ -136,10 +136,12 @@ BatchLoss batch_loss(const DemoModel& model, const DemoBatch& batch, bool want_a
   const at::Tensor feats = model.vision->connector(tower);                                     // [N, seq, h]
   const at::Tensor probe = at::linear(feats, model.aux_w, model.aux_b);                        // [N, seq, K]
   const at::Tensor patch = at::linear(tower, model.patch_w, model.patch_b);                    // [N, P, 11]
-  at::Tensor cell_shape = class_loss_share(probe.narrow(-1, kAuxColors, kAuxShapes), batch.aux_targets.select(-1, 1), cells);
-  at::Tensor patch_shape =
-      class_loss_share(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1), patches);
-  if (shape_weight != 1.0) cell_shape = cell_shape * shape_weight, patch_shape = patch_shape * shape_weight;
+  // Times 1 (the recipe) is exact, forward and backward.
+  const at::Tensor cell_shape =
+      class_loss_share(probe.narrow(-1, kAuxColors, kAuxShapes), batch.aux_targets.select(-1, 1), cells) * shape_weight;
+  const at::Tensor patch_shape =
+      class_loss_share(patch.narrow(-1, kAuxColors, kAuxShapes), batch.patch_targets.select(-1, 1), patches) *
+      shape_weight;
   out.aux = class_loss_share(probe.narrow(-1, 0, kAuxColors), batch.aux_targets.select(-1, 0), cells) + cell_shape +
             class_loss_share(probe.narrow(-1, kAuxColors + kAuxShapes, kAuxSizes), batch.aux_targets.select(-1, 2),
                              cells) +
@@ -720,8 +722,7 @@ DemoResult train_demo(const DemoTrainOptions& o, const std::function<void(const 
         return result;
       }
       // The step's data: conversation indices stage * stride + step * batch + b.
-      if (st.cfg.objects_ramp > 0)
-      {
+      if (st.cfg.objects_ramp > 0) {
         sw.max_objects = static_cast<int>(std::min<int64_t>(
             st.cfg.max_objects, 1 + step * st.cfg.max_objects / st.cfg.objects_ramp));
         sw.min_objects = std::min(st.cfg.min_objects, sw.max_objects);
