@@ -232,7 +232,12 @@ TEST_CASE("Training changes only the gates: base weights are bit-identical after
 TEST_CASE("A short run on a synthetic task lowers the loss and brings S^g under the budget", "[training]") {
   test::ScratchDir dir("train-converges");
   TrainOptions o = small_run(dir, write_synthetic_data(dir, 8, 32, 2));
-  o.steps = 80;
+  // 120 steps: after 80 the ratio was 1.002 with OpenBLAS's Haswell kernels (under 1 with SkylakeX's); after
+  // 120 it is 0.72 (Haswell), 0.51 (SandyBridge, Nehalem) and 0.44 (SkylakeX): the kernels' rounding moves
+  // this short high-rate run by that much.
+  const int64_t steps = 120;
+  const size_t last = static_cast<size_t>(steps), tail = last - 5;  // the last five steps
+  o.steps = steps;
   o.lr = 0.2;
   o.min_lr = 0.02;
   o.warmup = 2;
@@ -240,7 +245,7 @@ TEST_CASE("A short run on a synthetic task lowers the loss and brings S^g under 
   o.bias_init = 3.0;  // β = σ(3): S^g starts at ~4x the budget (from 18 it takes thousands of steps)
   std::vector<TrainProgress> log;
   TrainResult r = train_gates(o, {}, {}, [&](const TrainProgress& p) { log.push_back(p); });
-  REQUIRE(r.steps_done == 80);
+  REQUIRE(r.steps_done == steps);
   REQUIRE_FALSE(r.interrupted);
   REQUIRE(log.front().capacity_ratio > 2.0);
   auto mean = [&](size_t b, size_t e, double TrainProgress::*f) {
@@ -248,15 +253,15 @@ TEST_CASE("A short run on a synthetic task lowers the loss and brings S^g under 
     for (size_t i = b; i < e; ++i) s += log[i].*f;
     return s / static_cast<double>(e - b);
   };
-  CAPTURE(mean(0, 5, &TrainProgress::loss), mean(75, 80, &TrainProgress::loss), mean(0, 5, &TrainProgress::cap),
-          mean(75, 80, &TrainProgress::cap), mean(75, 80, &TrainProgress::capacity_ratio));
+  CAPTURE(mean(0, 5, &TrainProgress::loss), mean(tail, last, &TrainProgress::loss), mean(0, 5, &TrainProgress::cap),
+          mean(tail, last, &TrainProgress::cap), mean(tail, last, &TrainProgress::capacity_ratio));
   // The capacity term is what a random-token task can lower (its NLL is ~log V whatever the gates do).
-  REQUIRE(mean(75, 80, &TrainProgress::loss) < mean(0, 5, &TrainProgress::loss) - 0.5 * mean(0, 5, &TrainProgress::cap));
-  REQUIRE(mean(75, 80, &TrainProgress::capacity_ratio) < 1.0);  // S^g below M·L·H at the last position
+  REQUIRE(mean(tail, last, &TrainProgress::loss) < mean(0, 5, &TrainProgress::loss) - 0.5 * mean(0, 5, &TrainProgress::cap));
+  REQUIRE(mean(tail, last, &TrainProgress::capacity_ratio) < 1.0);  // S^g below M·L·H at the last position
   // The written file loads, fits the model and records the training budget.
   RetentionGates g = load_gates(o.out_path);
   REQUIRE(g.config().train_budget == 4);
-  REQUIRE(gates_file_metadata(o.out_path).at("trained_steps") == "80");
+  REQUIRE(gates_file_metadata(o.out_path).at("trained_steps") == std::to_string(steps));
 }
 
 TEST_CASE("Resume from a checkpoint continues bit for bit like the uninterrupted run", "[training]") {
