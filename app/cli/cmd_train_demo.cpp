@@ -59,7 +59,7 @@ int cmd_train_demo(int argc, char** argv, int first) {
       ranged_real("cell-readout-weight", "W", "weight of the cell readout: each visual token's normalised state at the objects hop must say its object's colour and shape as 0/1 indicators (default 0: none)", 0, 1e6),
       ranged_real("count-weight", "W", "weight of the counts' even spread in the objects hop, relative to the other attention targets (default 1)", 0, 1e6),
       ranged_real("shape-weight", "W", "weight of the dense targets' shape terms (visual tokens and patches), relative to their colour, size and cell terms (default " + number_text(d.shape_weight) + "; 1: the recipe before it)", 0, 1e6),
-      ranged_int("vision-min-objects", "K", "at least K objects per image in the vision stage (default " + std::to_string(d.vision.min_objects) + "; 1: the recipe before it)", 1, 6),
+      ranged_int("vision-min-objects", "K", "at least K objects per image in the vision stage (default " + std::to_string(d.vision.min_objects) + "; 1: the recipe before it)", 1, vision::world::kMaxObjectsLimit),
       {"no-qk-norm", "", "a Llama decoder, without the per-head RMSNorm of queries and keys (the recipe before the Qwen3 decoder)"},
       {"train-tower", "", "the chat stages also train the vision tower (default: frozen after the vision stage)"},
       ranged_real("tower-lr-scale", "F", "with --train-tower: the tower's rate in the chat stages, times the stage's (default 1)", 1e-6, 1e3),

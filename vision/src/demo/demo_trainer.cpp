@@ -388,7 +388,7 @@ json options_json(const DemoTrainOptions& o) {
   auto stage = [](const DemoStage& s) {
     json j{{"steps", s.steps}, {"batch", s.batch}, {"lr", s.lr}, {"max_images", s.max_images}};
     if (s.max_objects != world::kMaxObjectsLimit) j["max_objects"] = s.max_objects;  // only when not the default
-    if (s.min_objects != 1) j["min_objects"] = s.min_objects;                          // only when used
+    if (s.min_objects != 1) j["min_objects"] = s.min_objects;  // only when not 1: the recipe before item 28 still matches
     if (s.objects_ramp != 0) j["objects_ramp"] = s.objects_ramp;
     return j;
   };
@@ -414,7 +414,7 @@ json options_json(const DemoTrainOptions& o) {
   j["number_hops"] = o.number_hops;
   if (o.count_second_kv_head) j["count_second_kv_head"] = true;  // only when used
   if (o.count_weight != 1.0) j["count_weight"] = o.count_weight;   // only when used
-  if (o.shape_weight != 1.0) j["shape_weight"] = o.shape_weight;   // only when used
+  if (o.shape_weight != 1.0) j["shape_weight"] = o.shape_weight;   // only when not 1: as min_objects
   if (o.cell_readout_weight > 0) j["cell_readout_weight"] = o.cell_readout_weight;  // only when used
   if (o.tower_lr_scale != 1.0) j["tower_lr_scale"] = o.tower_lr_scale;              // only when used
   if (z.qk_norm) j["qk_norm"] = true;  // only when used: a Llama run's checkpoints (--no-qk-norm) still match

@@ -131,7 +131,7 @@ struct DemoTrainOptions {
   // 3 wrong counts in one-image conversations are one too few.
   double count_weight = 1.0;
   // Weight of the dense targets' shape terms (each visual token's object shape and each patch's),
-  // relative to their colour, size and cell terms (`--shape-weight`; 1: the recipe). Shape-count
+  // relative to their colour, size and cell terms (`--shape-weight`; 2: the recipe, 1: the one before it). Shape-count
   // errors come from small objects whose shape the tokens do not hold (on the 1,500 one-image
   // conversations: shape counts 72.9% right when an object is narrower than 12% of the side,
   // colour counts 94.4%). With 2 and the vision stage's min_objects 3 (README recipe item 28) the
